@@ -1,0 +1,78 @@
+package testenv
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// Main runs a test package against one shared environment: it starts
+// etcd + kube-apiserver into *env and, when nats is non-nil, an embedded
+// nats-server into *nats; runs the tests; stops every server; and then fails
+// the package if goroutines leaked. Use it as
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.Options{}, &env, &nats)) }
+//
+// Missing binaries are a failure naming `make testenv-bins`, never a skip.
+func Main(m *testing.M, opts Options, env **Env, nats **NATS) int {
+	flag.Parse() // testing.Verbose needs parsed flags; m.Run parses again harmlessly
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if opts.Logf == nil && testing.Verbose() {
+		opts.Logf = func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
+	}
+	e, err := Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	*env = e
+	if nats != nil {
+		n, err := StartNATS(NATSOptions{})
+		if err != nil {
+			e.Stop()
+			fmt.Fprintln(os.Stderr, "FAIL:", err)
+			return 1
+		}
+		*nats = n
+	}
+	code := m.Run()
+	if nats != nil && *nats != nil {
+		(*nats).Shutdown()
+	}
+	e.Stop()
+	if code == 0 {
+		if err := goleak.Find(LeakOptions()...); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: goroutine leak after all tests:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// LeakOptions are the goleak options for relayd's test packages: goroutines
+// started by libraries on first use that live for the whole process.
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Typed[...]).updateUnfinishedWorkLoop"),
+		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.BackoffUntilWithContext.func1"),
+	}
+}
+
+// NATST starts an embedded nats-server for one test and shuts it down in
+// t.Cleanup.
+func NATST(tb testing.TB, o NATSOptions) *NATS {
+	tb.Helper()
+	n, err := StartNATS(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(n.Shutdown)
+	return n
+}

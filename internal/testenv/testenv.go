@@ -1,0 +1,372 @@
+// Package testenv starts real servers for relayd's tests and demo: etcd and
+// kube-apiserver as child processes (binaries built by `make testenv-bins`
+// from the tools/ module), and nats-server with JetStream embedded in the
+// calling process.
+//
+// Everything listens on 127.0.0.1 with free ports and lives in a temp dir.
+// Child processes are started with Pdeathsig, so they die with the test
+// binary even when it panics or is killed; Stop also kills them by PID.
+//
+// Typical use, once per test package:
+//
+//	var env *testenv.Env
+//
+//	func TestMain(m *testing.M) {
+//		os.Exit(testenv.Main(m, testenv.Options{}, &env))
+//	}
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Versions of the test servers; hack/testenv-bins.sh builds exactly these.
+const (
+	K8sVersion  = "v1.37.1"
+	EtcdVersion = "v3.7.0"
+)
+
+// Identities known to the apiserver's token file.
+const (
+	AdminUser       = "admin" // member of system:masters
+	adminToken      = "relayd-testenv-admin-token"
+	RestrictedUser  = "relayd" // no permissions until a test grants them
+	restrictedToken = "relayd-testenv-restricted-token"
+)
+
+// Options selects the apiserver flavour.
+type Options struct {
+	// DisableWatchCache starts kube-apiserver with --watch-cache=false, so a
+	// watch from a compacted resourceVersion gets 410 Expired right after
+	// CompactNow. Periodic bookmarks do not arrive in this flavour.
+	DisableWatchCache bool
+	// ExtraAPIServerArgs are appended to the kube-apiserver command line.
+	ExtraAPIServerArgs []string
+	// Dir is the working directory; a new temp dir when empty. It is removed
+	// by Stop only when testenv created it.
+	Dir string
+	// Logf receives progress lines (nil: silent).
+	Logf func(format string, args ...any)
+}
+
+// Env is a running etcd + kube-apiserver pair.
+type Env struct {
+	opts    Options
+	dir     string
+	ownsDir bool
+	binDir  string
+
+	etcd       *proc
+	etcdURL    string
+	etcdPeer   int
+	apiserver  *proc
+	apiPort    int
+	caFile     string
+	apiArgs    []string
+	restartCnt int
+}
+
+// BinDir returns the folder holding the etcd and kube-apiserver binaries:
+// $RELAYD_TESTENV_BIN, else <repo>/.cache/testenv/k8s-<v>-etcd-<v>.
+func BinDir() (string, error) {
+	if d := os.Getenv("RELAYD_TESTENV_BIN"); d != "" {
+		return d, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ".cache", "testenv", "k8s-"+K8sVersion+"-etcd-"+EtcdVersion), nil
+}
+
+// repoRoot walks up from the working directory to relayd's go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/relayd/relayd\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testenv: cannot find relayd's go.mod above the working directory; set RELAYD_TESTENV_BIN")
+		}
+		dir = parent
+	}
+}
+
+func checkBinaries(dir string) error {
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		p := filepath.Join(dir, b)
+		if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("testenv: %s not found at %s: run `make testenv-bins` (builds etcd %s and kube-apiserver %s from tools/)",
+				b, p, EtcdVersion, K8sVersion)
+		}
+	}
+	return nil
+}
+
+// Start starts etcd and kube-apiserver and waits until both are ready.
+// On error everything already started is stopped.
+func Start(ctx context.Context, opts Options) (_ *Env, err error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBinaries(bin); err != nil {
+		return nil, err
+	}
+	e := &Env{opts: opts, binDir: bin, dir: opts.Dir}
+	if e.dir == "" {
+		if e.dir, err = os.MkdirTemp("", "relayd-testenv-"); err != nil {
+			return nil, err
+		}
+		e.ownsDir = true
+	}
+	defer func() {
+		if err != nil {
+			e.Stop()
+		}
+	}()
+	if err := e.startEtcd(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.writeAPIServerFiles(); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	e.apiPort = port
+	e.apiArgs = e.apiServerArgs()
+	if err := e.startAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) logf(format string, args ...any) {
+	if e.opts.Logf != nil {
+		e.opts.Logf(format, args...)
+	}
+}
+
+func (e *Env) startEtcd(ctx context.Context) error {
+	var lastErr error
+	// A free port can be taken between freePort and the child's bind; retry.
+	for attempt := 0; attempt < 3; attempt++ {
+		client, err := freePort()
+		if err != nil {
+			return err
+		}
+		peer, err := freePort()
+		if err != nil {
+			return err
+		}
+		e.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", client)
+		e.etcdPeer = peer
+		peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
+		dataDir := filepath.Join(e.dir, "etcd-data")
+		_ = os.RemoveAll(dataDir)
+		args := []string{
+			"--name", "testenv", "--data-dir", dataDir,
+			"--listen-client-urls", e.etcdURL, "--advertise-client-urls", e.etcdURL,
+			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+			"--initial-cluster", "testenv=" + peerURL,
+			"--unsafe-no-fsync", "--log-level", "warn",
+		}
+		p, err := startProc(filepath.Join(e.binDir, "etcd"), args, filepath.Join(e.dir, "etcd.log"))
+		if err != nil {
+			return err
+		}
+		e.etcd = p
+		t0 := time.Now()
+		if lastErr = waitHTTP(ctx, p, e.etcdURL+"/health", nil, 30*time.Second); lastErr == nil {
+			e.logf("testenv: etcd ready at %s in %v", e.etcdURL, time.Since(t0).Round(time.Millisecond))
+			return nil
+		}
+		p.kill()
+		e.etcd = nil
+	}
+	return fmt.Errorf("testenv: etcd did not become healthy: %w (log: %s)", lastErr, filepath.Join(e.dir, "etcd.log"))
+}
+
+func (e *Env) writeAPIServerFiles() error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	priv := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	pub := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	tokens := fmt.Sprintf("%s,%s,%s-uid,\"system:masters\"\n%s,%s,%s-uid\n",
+		adminToken, AdminUser, AdminUser, restrictedToken, RestrictedUser, RestrictedUser)
+	for name, data := range map[string][]byte{"sa.key": priv, "sa.pub": pub, "tokens.csv": []byte(tokens)} {
+		if err := os.WriteFile(filepath.Join(e.dir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	e.caFile = filepath.Join(e.dir, "certs", "apiserver.crt")
+	return nil
+}
+
+func (e *Env) apiServerArgs() []string {
+	args := []string{
+		"--etcd-servers=" + e.etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+		fmt.Sprintf("--secure-port=%d", e.apiPort), "--cert-dir=" + filepath.Join(e.dir, "certs"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(e.dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(e.dir, "sa.key"),
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--token-auth-file=" + filepath.Join(e.dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		// Compaction only when a test asks for it (CompactNow), for determinism.
+		"--etcd-compaction-interval=0",
+	}
+	if e.opts.DisableWatchCache {
+		args = append(args, "--watch-cache=false")
+	}
+	return append(args, e.opts.ExtraAPIServerArgs...)
+}
+
+func (e *Env) startAPIServer(ctx context.Context) error {
+	logFile := filepath.Join(e.dir, fmt.Sprintf("apiserver.%d.log", e.restartCnt))
+	p, err := startProc(filepath.Join(e.binDir, "kube-apiserver"), e.apiArgs, logFile)
+	if err != nil {
+		return err
+	}
+	e.apiserver = p
+	t0 := time.Now()
+	url := fmt.Sprintf("https://127.0.0.1:%d/readyz", e.apiPort)
+	if err := waitHTTP(ctx, p, url, insecureClient(), 90*time.Second); err != nil {
+		return fmt.Errorf("testenv: kube-apiserver not ready: %w (log: %s)", err, logFile)
+	}
+	e.logf("testenv: kube-apiserver ready at https://127.0.0.1:%d in %v", e.apiPort, time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM) and starts it again on the
+// same port, certificates and etcd. With the watch cache on, any
+// resourceVersion older than the new cache's start then gets 410 Expired.
+func (e *Env) RestartAPIServer(ctx context.Context) error {
+	if e.apiserver != nil {
+		e.apiserver.stop(15 * time.Second)
+	}
+	e.restartCnt++
+	return e.startAPIServer(ctx)
+}
+
+// StopAPIServer stops kube-apiserver (for outage tests); StartAPIServer
+// brings it back on the same port.
+func (e *Env) StopAPIServer() {
+	if e.apiserver != nil {
+		e.apiserver.stop(15 * time.Second)
+		e.apiserver = nil
+	}
+}
+
+// StartAPIServer starts a stopped kube-apiserver again.
+func (e *Env) StartAPIServer(ctx context.Context) error {
+	if e.apiserver != nil {
+		return errors.New("testenv: kube-apiserver is already running")
+	}
+	e.restartCnt++
+	return e.startAPIServer(ctx)
+}
+
+// Host is the apiserver URL.
+func (e *Env) Host() string { return fmt.Sprintf("https://127.0.0.1:%d", e.apiPort) }
+
+// EtcdEndpoint is etcd's client URL.
+func (e *Env) EtcdEndpoint() string { return e.etcdURL }
+
+// Dir is the working directory (logs, certificates, data).
+func (e *Env) Dir() string { return e.dir }
+
+// AdminConfig is a *rest.Config for a system:masters identity.
+func (e *Env) AdminConfig() *rest.Config { return e.config(adminToken) }
+
+// RestrictedConfig is a *rest.Config for the user "relayd", which has no
+// permissions until a test binds a role to it.
+func (e *Env) RestrictedConfig() *rest.Config { return e.config(restrictedToken) }
+
+func (e *Env) config(token string) *rest.Config {
+	return &rest.Config{
+		Host:            e.Host(),
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: e.caFile},
+		QPS:             -1, // no client-side rate limit in tests
+	}
+}
+
+// WriteKubeconfig writes a kubeconfig for the admin (restricted=false) or the
+// restricted identity, for child processes such as relayd itself.
+func (e *Env) WriteKubeconfig(path string, restricted bool) error {
+	token, user := adminToken, AdminUser
+	if restricted {
+		token, user = restrictedToken, RestrictedUser
+	}
+	return WriteKubeconfigToken(path, e.Host(), e.caFile, user, token)
+}
+
+// WriteKubeconfigToken writes a kubeconfig for the apiserver at host with a
+// bearer token (a token-file identity or a ServiceAccount token).
+func WriteKubeconfigToken(path, host, caFile, user, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["testenv"] = &clientcmdapi.Cluster{Server: host, CertificateAuthority: caFile}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: user}
+	cfg.CurrentContext = "testenv"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// CAFile is the apiserver's serving certificate, to trust in clients.
+func (e *Env) CAFile() string { return e.caFile }
+
+// Stop kills kube-apiserver and etcd (SIGTERM, then SIGKILL) and removes the
+// working directory if testenv created it. Safe to call more than once.
+func (e *Env) Stop() {
+	if e.apiserver != nil {
+		e.apiserver.stop(10 * time.Second)
+		e.apiserver = nil
+	}
+	if e.etcd != nil {
+		e.etcd.stop(10 * time.Second)
+		e.etcd = nil
+	}
+	if e.ownsDir && e.dir != "" && os.Getenv("RELAYD_TESTENV_KEEP") == "" {
+		_ = os.RemoveAll(e.dir)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
