@@ -1,0 +1,523 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/util/retry"
+)
+
+// Defaults for the zero values of [Options].
+const (
+	DefaultFlushInterval           = 5 * time.Second
+	DefaultBookmarkPersistInterval = 2 * time.Minute
+)
+
+const (
+	// fieldManager attributes relayd's writes in the ConfigMap's managedFields.
+	fieldManager = "relayd"
+	// managedByLabel is set on the ConfigMap only when relayd creates it.
+	managedByLabel = "app.kubernetes.io/managed-by"
+	managedByValue = "relayd"
+	// tickTimeout bounds one periodic write, so a silent apiserver cannot
+	// stall Run; the next tick retries.
+	tickTimeout = 30 * time.Second
+)
+
+// Position is what relayd stores per watch key: the resourceVersion to resume
+// the watch from, the relist generation of the source it belongs to, and when
+// relayd advanced to it. It is stored as compact JSON.
+type Position struct {
+	// ResourceVersion is opaque: it is compared for equality only.
+	ResourceVersion string `json:"resourceVersion"`
+	// Epoch is the source's relist generation (+1 on every relist).
+	Epoch uint64 `json:"epoch"`
+	// Updated is when relayd advanced to this position; set by [Store.Advance].
+	Updated time.Time `json:"updated"`
+}
+
+// Options configures a [Store]. Client, Namespace, Name and Logger are
+// required.
+type Options struct {
+	// Client reaches the ConfigMap; relayd needs "get" and "update" on it.
+	Client corev1client.ConfigMapsGetter
+	// Namespace and Name identify the one checkpoint ConfigMap.
+	Namespace string
+	Name      string
+	// FlushInterval is how often [Store.Run] writes changed keys
+	// (coalescing); default 5s.
+	FlushInterval time.Duration
+	// BookmarkPersistInterval: progress that comes only from bookmarks is
+	// persisted by [Store.Run] at most this often per key (default 2m), so an
+	// idle cluster does not keep writing (our own write bumps the global
+	// resourceVersion, which the next bookmark reports).
+	BookmarkPersistInterval time.Duration
+	// Logger is required; the store logs under the name "checkpoint".
+	Logger *zap.Logger
+	// Metrics receives write outcomes; nil reports nothing.
+	Metrics Metrics
+	// Now replaces time.Now (tests); nil means time.Now.
+	Now func() time.Time
+}
+
+// Metrics is what the store reports; pkg/relay implements it with Prometheus.
+type Metrics interface {
+	// CheckpointWrite is called once per write of the ConfigMap that a Flush
+	// (or a Run tick) attempted, after conflicts were retried: err is nil when
+	// the update was stored, else the final error. A flush with nothing to
+	// write reports nothing.
+	CheckpointWrite(err error)
+	// CheckpointPersisted is called for each key whose position became
+	// durable at time at.
+	CheckpointPersisted(key string, at time.Time)
+}
+
+// keyState is the store's view of one key. A key is dirty while gen >
+// persistedGen; it has non-bookmark progress pending while normalGen >
+// persistedGen.
+type keyState struct {
+	pos          Position
+	gen          uint64    // bumped by every Advance that moves the position
+	normalGen    uint64    // gen of the newest non-bookmark Advance
+	persistedGen uint64    // newest gen known to be stored
+	storedAt     time.Time // when the stored value was written (loaded: its Updated)
+	lastWrite    time.Time // last successful write by this store
+	storedRaw    string    // value last read from or written to the ConfigMap
+}
+
+func (k *keyState) dirty() bool { return k.gen > k.persistedGen }
+
+// Store keeps the positions of this relayd's watches in memory and writes the
+// changed ones to the checkpoint ConfigMap. Advance, Get and LastPersisted
+// are safe for concurrent use; Flush and Run are meant for one owner
+// goroutine (concurrent calls are serialised).
+type Store struct {
+	client    corev1client.ConfigMapInterface
+	namespace string
+	name      string
+	flushInt  time.Duration
+	bmInt     time.Duration
+	log       *zap.Logger
+	metrics   Metrics
+	now       func() time.Time
+
+	flushMu sync.Mutex // serialises writes
+
+	mu   sync.Mutex // guards keys
+	keys map[string]*keyState
+}
+
+// New validates o and returns a Store. Call [Store.Load] before using it.
+func New(o Options) (*Store, error) {
+	var errs []error
+	if o.Client == nil {
+		errs = append(errs, errors.New("checkpoint: Options.Client is required"))
+	}
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("checkpoint: Options.Namespace is required"))
+	}
+	if o.Name == "" {
+		errs = append(errs, errors.New("checkpoint: Options.Name is required"))
+	}
+	if o.Logger == nil {
+		errs = append(errs, errors.New("checkpoint: Options.Logger is required"))
+	}
+	if o.FlushInterval < 0 {
+		errs = append(errs, fmt.Errorf("checkpoint: Options.FlushInterval must not be negative, got %s", o.FlushInterval))
+	}
+	if o.BookmarkPersistInterval < 0 {
+		errs = append(errs, fmt.Errorf("checkpoint: Options.BookmarkPersistInterval must not be negative, got %s", o.BookmarkPersistInterval))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	s := &Store{
+		client:    o.Client.ConfigMaps(o.Namespace),
+		namespace: o.Namespace,
+		name:      o.Name,
+		flushInt:  o.FlushInterval,
+		bmInt:     o.BookmarkPersistInterval,
+		metrics:   o.Metrics,
+		now:       o.Now,
+		keys:      map[string]*keyState{},
+	}
+	if s.flushInt == 0 {
+		s.flushInt = DefaultFlushInterval
+	}
+	if s.bmInt == 0 {
+		s.bmInt = DefaultBookmarkPersistInterval
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.log = o.Logger.Named("checkpoint").With(zap.String("configMap", s.object()))
+	return s, nil
+}
+
+// Key builds the ConfigMap data key for a watch: "<source>" for
+// all-namespaces or cluster-scoped, "<source>.<namespace>" for a namespace
+// (source names are DNS-1123 labels without dots, so this is unambiguous and
+// a legal ConfigMap key).
+func Key(source, namespace string) string {
+	if namespace == "" {
+		return source
+	}
+	return source + "." + namespace
+}
+
+func (s *Store) object() string { return s.namespace + "/" + s.name }
+
+// Load reads the ConfigMap (once at start, and again after this replica
+// takes over a source). If it does not exist, Load tries to create it empty,
+// labelled app.kubernetes.io/managed-by=relayd; if relayd may not, the error
+// says to create it or grant "create". Load also checks, with a dry-run
+// update, that relayd may update it, so missing RBAC shows at start rather
+// than at the first write. A key whose value is not a valid Position is an
+// error naming the key. Keys this store has advanced but not yet written keep
+// their in-memory position.
+func (s *Store) Load(ctx context.Context) error {
+	cm, err := s.client.Get(ctx, s.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		cm, err = s.create(ctx, nil)
+		if err != nil && !errors.Is(err, errAlreadyExisted) {
+			return err
+		}
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf(`checkpoint: relayd may not "get" ConfigMap %s: grant "get" and "update" on it (deploy/ ships the Role): %w`, s.object(), err)
+	case err != nil:
+		return fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(), err)
+	}
+
+	loaded := make(map[string]Position, len(cm.Data))
+	keys := make([]string, 0, len(cm.Data))
+	for k := range cm.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var errs []error
+	for _, k := range keys {
+		p, err := decode(cm.Data[k])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("checkpoint: ConfigMap %s key %q: %w: fix the value or delete the key (relayd then starts that watch afresh, per the source's initial setting)", s.object(), k, err))
+			continue
+		}
+		loaded[k] = p
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+
+	if err := s.probeUpdate(ctx, cm); err != nil {
+		return err
+	}
+
+	s.mu.Lock()
+	for k, p := range loaded {
+		st := s.state(k)
+		st.storedRaw = cm.Data[k]
+		if !st.dirty() {
+			st.pos = p
+			st.storedAt = p.Updated
+		}
+	}
+	s.mu.Unlock()
+	s.log.Info("checkpoint loaded", zap.Int("keys", len(loaded)), zap.String("resourceVersion", cm.ResourceVersion))
+	return nil
+}
+
+// create creates the ConfigMap with data, or returns the existing one if
+// another replica created it first.
+func (s *Store) create(ctx context.Context, data map[string]string) (*corev1.ConfigMap, error) {
+	cm, err := s.client.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      s.name,
+			Namespace: s.namespace,
+			Labels:    map[string]string{managedByLabel: managedByValue},
+		},
+		Data: data,
+	}, metav1.CreateOptions{FieldManager: fieldManager})
+	switch {
+	case err == nil:
+		s.log.Info("created checkpoint ConfigMap")
+		return cm, nil
+	case apierrors.IsAlreadyExists(err):
+		cm, err = s.client.Get(ctx, s.name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(), err)
+		}
+		return cm, errAlreadyExisted
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf(`checkpoint ConfigMap %s does not exist and relayd may not create it: create it (deploy/ ships one) or grant "create" on configmaps`, s.object())
+	default:
+		return nil, fmt.Errorf("checkpoint: ConfigMap %s does not exist; creating it: %w", s.object(), err)
+	}
+}
+
+// errAlreadyExisted tells create's callers that the ConfigMap they returned
+// was read, not created.
+var errAlreadyExisted = errors.New("already existed")
+
+// probeUpdate checks with a dry-run update that relayd may update the
+// ConfigMap. Only Forbidden is fatal; anything else (a conflict, an admission
+// webhook that refuses dry runs) is left for the first real write to report.
+func (s *Store) probeUpdate(ctx context.Context, cm *corev1.ConfigMap) error {
+	_, err := s.client.Update(ctx, cm.DeepCopy(), metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: fieldManager})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf(`checkpoint: relayd may not "update" ConfigMap %s: grant "get" and "update" on it (deploy/ ships the Role): %w`, s.object(), err)
+	default:
+		s.log.Debug("dry-run update of the checkpoint ConfigMap failed; the first write will tell", zap.Error(err))
+		return nil
+	}
+}
+
+// decode parses one stored value; a position without a resourceVersion is
+// invalid (it would silently restart the watch from scratch).
+func decode(raw string) (Position, error) {
+	var p Position
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return Position{}, fmt.Errorf("not a valid position (%v)", err)
+	}
+	if p.ResourceVersion == "" {
+		return Position{}, errors.New("not a valid position (no resourceVersion)")
+	}
+	return p, nil
+}
+
+// state returns key's state, creating it; s.mu must be held.
+func (s *Store) state(key string) *keyState {
+	st, ok := s.keys[key]
+	if !ok {
+		st = &keyState{}
+		s.keys[key] = st
+	}
+	return st
+}
+
+// Get returns key's position as loaded or as advanced since, and whether
+// there is one.
+func (s *Store) Get(key string) (Position, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.keys[key]
+	if !ok || st.pos.ResourceVersion == "" {
+		return Position{}, false
+	}
+	return st.pos, true
+}
+
+// LastPersisted returns when key was last written successfully by this store
+// (zero if never) — used for the checkpoint-age metric.
+func (s *Store) LastPersisted(key string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.keys[key]; ok {
+		return st.lastWrite
+	}
+	return time.Time{}
+}
+
+// Advance records key's new position in memory; it never blocks on the API.
+// The caller must only pass a position whose event and every earlier event of
+// the watch are acked (see the package doc). bookmarkOnly=true marks progress
+// that came only from a bookmark (or from events relayd ignores because they
+// are its own checkpoint writes): [Store.Run] persists such progress at most
+// once per BookmarkPersistInterval. Positions only move when the
+// ResourceVersion string differs (opaque: compared for equality only, never
+// ordered); advancing to the stored resourceVersion is a no-op, even with a
+// different Epoch. p.Updated is set to the current time. An empty
+// ResourceVersion is ignored.
+func (s *Store) Advance(key string, p Position, bookmarkOnly bool) {
+	if p.ResourceVersion == "" {
+		s.log.Warn("ignoring an advance to an empty resourceVersion", zap.String("key", key))
+		return
+	}
+	now := s.now().UTC() // UTC also drops the monotonic reading
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.state(key)
+	if st.pos.ResourceVersion == p.ResourceVersion {
+		return
+	}
+	p.Updated = now
+	st.pos = p
+	st.gen++
+	if !bookmarkOnly {
+		st.normalGen = st.gen
+	}
+}
+
+// pending is one key to write in a flush.
+type pending struct {
+	key string
+	gen uint64
+	raw string
+}
+
+// collect snapshots the keys to write. force includes bookmark-only progress
+// whose BookmarkPersistInterval has not yet passed.
+func (s *Store) collect(force bool) ([]pending, error) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []pending
+	for k, st := range s.keys {
+		if !st.dirty() {
+			continue
+		}
+		if !force && st.normalGen <= st.persistedGen && now.Sub(st.storedAt) < s.bmInt {
+			continue // bookmark-only progress, persisted recently enough
+		}
+		b, err := json.Marshal(st.pos)
+		if err != nil { // cannot happen for Position
+			return nil, fmt.Errorf("checkpoint: encode key %q: %w", k, err)
+		}
+		out = append(out, pending{key: k, gen: st.gen, raw: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out, nil
+}
+
+// Flush writes every dirty key now, bookmark-only progress included: it gets
+// the ConfigMap, sets only this store's dirty keys (other replicas own other
+// keys of the same ConfigMap) and updates it, retrying on a conflict with a
+// fresh get (retry.RetryOnConflict). It makes at most one successful write,
+// however many keys are dirty, and none when nothing is dirty. A key advanced
+// while a flush is in progress stays dirty for the next one. If the
+// ConfigMap was deleted, Flush recreates it where relayd may.
+func (s *Store) Flush(ctx context.Context) error {
+	return s.flush(ctx, true)
+}
+
+func (s *Store) flush(ctx context.Context, force bool) error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+
+	todo, err := s.collect(force)
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	s.mu.Lock()
+	prev := make(map[string]string, len(todo))
+	for _, p := range todo {
+		prev[p.key] = s.keys[p.key].storedRaw
+	}
+	s.mu.Unlock()
+
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := s.client.Get(ctx, s.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			data := make(map[string]string, len(todo))
+			for _, p := range todo {
+				data[p.key] = p.raw
+			}
+			s.log.Warn("checkpoint ConfigMap disappeared; recreating it with this replica's keys")
+			cm, err = s.create(ctx, data)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, errAlreadyExisted) {
+				return err
+			}
+		} else if apierrors.IsForbidden(err) {
+			return fmt.Errorf(`checkpoint: relayd may not "get" ConfigMap %s: %w`, s.object(), err)
+		} else if err != nil {
+			return fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(), err)
+		}
+		if cm.Data == nil {
+			cm.Data = make(map[string]string, len(todo))
+		}
+		for _, p := range todo {
+			if cur, ok := cm.Data[p.key]; ok && cur != prev[p.key] {
+				s.log.Warn("checkpoint key was changed by another writer since this replica read it; overwriting it (only one replica should own a source)",
+					zap.String("key", p.key), zap.String("found", cur), zap.String("writing", p.raw))
+			}
+			cm.Data[p.key] = p.raw
+		}
+		_, err = s.client.Update(ctx, cm, metav1.UpdateOptions{FieldManager: fieldManager})
+		if apierrors.IsForbidden(err) {
+			return fmt.Errorf(`checkpoint: relayd may not "update" ConfigMap %s: %w`, s.object(), err)
+		}
+		if err != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("checkpoint: update ConfigMap %s: %w", s.object(), err)
+		}
+		return err // nil, or a conflict that RetryOnConflict retries
+	})
+	if err != nil && apierrors.IsConflict(err) {
+		err = fmt.Errorf("checkpoint: update ConfigMap %s: still conflicting after retries: %w", s.object(), err)
+	}
+	if s.metrics != nil && (err == nil || ctx.Err() == nil) {
+		s.metrics.CheckpointWrite(err)
+	}
+	if err != nil {
+		return err
+	}
+
+	at := s.now()
+	s.mu.Lock()
+	for _, p := range todo {
+		st := s.keys[p.key]
+		if p.gen > st.persistedGen {
+			st.persistedGen = p.gen
+		}
+		st.storedRaw = p.raw
+		st.storedAt = at
+		st.lastWrite = at
+	}
+	s.mu.Unlock()
+	if s.metrics != nil {
+		for _, p := range todo {
+			s.metrics.CheckpointPersisted(p.key, at)
+		}
+	}
+	s.log.Debug("checkpoint written", zap.Int("keys", len(todo)))
+	return nil
+}
+
+// Run writes dirty keys every FlushInterval until ctx ends. Bookmark-only
+// progress of a key is written only once its stored position is
+// BookmarkPersistInterval old. Run does not write on exit: the owner calls
+// [Store.Flush] once more during shutdown, after draining publishes. Errors
+// are logged and reported to Metrics, and the same dirty keys (plus any
+// advanced since) are retried on the next tick; Run never returns early.
+func (s *Store) Run(ctx context.Context) {
+	t := time.NewTicker(s.flushInt)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tctx, cancel := context.WithTimeout(ctx, tickTimeout)
+		err := s.flush(tctx, false)
+		cancel()
+		switch {
+		case err == nil:
+			if failures > 0 {
+				s.log.Info("checkpoint write succeeded again", zap.Int("failedAttempts", failures))
+			}
+			failures = 0
+		case ctx.Err() != nil:
+			return
+		default:
+			failures++
+			s.log.Error("checkpoint write failed; retrying on the next tick", zap.Error(err),
+				zap.Int("consecutiveFailures", failures), zap.Duration("flushInterval", s.flushInt))
+		}
+	}
+}

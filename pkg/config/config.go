@@ -1,0 +1,472 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"strings"
+	"time"
+)
+
+// Config is the whole relayd configuration file.
+//
+// Load and Parse return a Config whose fields already hold their effective
+// values (defaults applied), so callers read fields directly and never
+// re-apply defaults. A Config built in Go should be passed through
+// ApplyDefaults before use.
+type Config struct {
+	// Cluster names the Kubernetes cluster in subjects and in the
+	// CloudEvents source. Required.
+	Cluster string `yaml:"cluster"`
+	// Prefix is the first subject token(s) and the CloudEvents type prefix.
+	Prefix string `yaml:"prefix"`
+	// NATS configures the connection and the JetStream stream.
+	NATS NATS `yaml:"nats"`
+	// CloudEvents configures the wire format of events.
+	CloudEvents CloudEvents `yaml:"cloudevents"`
+	// Checkpoint configures where resourceVersions are stored.
+	Checkpoint Checkpoint `yaml:"checkpoint"`
+	// Watch configures LIST/WATCH requests shared by every source.
+	Watch Watch `yaml:"watch"`
+	// Shutdown configures the SIGTERM sequence.
+	Shutdown Shutdown `yaml:"shutdown"`
+	// Sources lists the resources to watch. At least one is required.
+	Sources []Source `yaml:"sources"`
+
+	// origin remembers where the Config was parsed from, so that Validate
+	// can name file lines. Nil for a Config built in Go.
+	origin *origin
+}
+
+// origin is the file name and the path->line map recorded while decoding.
+type origin struct {
+	source string
+	lines  map[string]int
+}
+
+// NATS configures the NATS connection and the JetStream stream.
+type NATS struct {
+	// URL is one server URL or a comma-separated list of them
+	// (nats://, tls://, ws:// or wss://). Required.
+	URL string `yaml:"url"`
+	// CredentialsFile is the path of a NATS .creds file (JWT + nkey seed).
+	// Optional; mutually exclusive with TokenFile. The file is read at
+	// connect time, not at load time.
+	CredentialsFile string `yaml:"credentialsFile"`
+	// TokenFile is the path of a file holding an auth token. Optional;
+	// mutually exclusive with CredentialsFile.
+	TokenFile string `yaml:"tokenFile"`
+	// Name is the client connection name shown by the server.
+	Name string `yaml:"name"`
+	// PublishTimeout bounds the wait for one PubAck.
+	PublishTimeout Duration `yaml:"publishTimeout"`
+	// MaxInFlight bounds unacknowledged publishes per watch.
+	MaxInFlight int `yaml:"maxInFlight"`
+	// Stream describes the JetStream stream events are published to.
+	Stream Stream `yaml:"stream"`
+}
+
+// Stream describes the JetStream stream. Only Name is used when Create is
+// false; the other fields are validated either way.
+type Stream struct {
+	// Name is the stream name. Required.
+	Name string `yaml:"name"`
+	// Create makes relayd create or update the stream at start, with
+	// subjects Config.StreamSubject() and discard policy "new".
+	Create bool `yaml:"create"`
+	// DuplicateWindow is the JetStream duplicate-detection window.
+	DuplicateWindow Duration `yaml:"duplicateWindow"`
+	// Replicas is the stream replica count.
+	Replicas int `yaml:"replicas"`
+	// Storage is the stream storage backend.
+	Storage Storage `yaml:"storage"`
+	// MaxAge is the maximum message age; 0 means unlimited.
+	MaxAge Duration `yaml:"maxAge"`
+	// MaxBytes is the maximum stream size in bytes; -1 means unlimited.
+	MaxBytes int64 `yaml:"maxBytes"`
+}
+
+// CloudEvents configures the CloudEvents encoding.
+type CloudEvents struct {
+	// Mode is the CloudEvents content mode.
+	Mode Mode `yaml:"mode"`
+}
+
+// Checkpoint configures the ConfigMap that stores resourceVersions.
+type Checkpoint struct {
+	// Namespace of the checkpoint ConfigMap. Empty until ResolveDefaults
+	// (called by Load) fills it from the environment.
+	Namespace string `yaml:"namespace"`
+	// Name of the checkpoint ConfigMap.
+	Name string `yaml:"name"`
+	// FlushInterval is how often pending checkpoints are written.
+	FlushInterval Duration `yaml:"flushInterval"`
+}
+
+// Watch configures the LIST/WATCH requests of every source.
+type Watch struct {
+	// Timeout is the server-side timeoutSeconds of each watch request.
+	Timeout Duration `yaml:"timeout"`
+	// IdleTimeout aborts a watch that delivered no frame (event or
+	// bookmark) for this long.
+	IdleTimeout Duration `yaml:"idleTimeout"`
+	// RelistBackoff paces retries after a failed watch or a 410 Gone.
+	RelistBackoff Backoff `yaml:"relistBackoff"`
+	// PageSize is the limit of each page of the paginated LIST fallback.
+	PageSize int `yaml:"pageSize"`
+}
+
+// Backoff is an exponential backoff with jitter.
+type Backoff struct {
+	// Initial is the first delay.
+	Initial Duration `yaml:"initial"`
+	// Max caps the delay.
+	Max Duration `yaml:"max"`
+	// Factor multiplies the delay after each failure.
+	Factor float64 `yaml:"factor"`
+	// Jitter is the random fraction (0..1) added to each delay. A pointer
+	// because 0 (no jitter) is a valid setting that differs from the
+	// default; use JitterFraction to read it.
+	Jitter *float64 `yaml:"jitter"`
+}
+
+// Shutdown configures the graceful shutdown sequence.
+type Shutdown struct {
+	// DrainTimeout bounds the wait for in-flight publishes and the final
+	// checkpoint write.
+	DrainTimeout Duration `yaml:"drainTimeout"`
+}
+
+// Source is one watched resource type. It names the resource either by
+// APIVersion and Kind (resolved through discovery) or by Resource.
+type Source struct {
+	// Name identifies the source in subjects, CloudEvents, metrics and
+	// checkpoints. Required, unique, a DNS-1123 label.
+	Name string `yaml:"name"`
+	// APIVersion is "v1" (core) or "group/version"; set with Kind.
+	APIVersion string `yaml:"apiVersion"`
+	// Kind is the CamelCase kind, e.g. "Pod"; set with APIVersion.
+	Kind string `yaml:"kind"`
+	// Resource names the resource directly instead of APIVersion+Kind.
+	Resource *Resource `yaml:"resource"`
+	// Namespaces to watch, one watch each. Empty means all namespaces
+	// (or a cluster-scoped kind).
+	Namespaces []string `yaml:"namespaces"`
+	// LabelSelector is the server-side label selector.
+	LabelSelector string `yaml:"labelSelector"`
+	// FieldSelector is the server-side field selector.
+	FieldSelector string `yaml:"fieldSelector"`
+	// EventTypes are the event types published; others are dropped
+	// client-side (and still advance the checkpoint).
+	EventTypes []EventType `yaml:"eventTypes"`
+	// Payload selects what the event data carries.
+	Payload Payload `yaml:"payload"`
+	// KeepManagedFields keeps metadata.managedFields in full payloads.
+	KeepManagedFields bool `yaml:"keepManagedFields"`
+	// Initial selects what happens when there is no checkpoint.
+	Initial Initial `yaml:"initial"`
+}
+
+// Resource names a resource by group, version and plural resource name.
+type Resource struct {
+	// Group is the API group; "" is the core group.
+	Group string `yaml:"group"`
+	// Version is the API version, e.g. "v1".
+	Version string `yaml:"version"`
+	// Resource is the plural lowercase resource name, e.g. "deployments".
+	Resource string `yaml:"resource"`
+}
+
+// EventType is a watch event type a source can publish.
+type EventType string
+
+// The event types of Source.EventTypes.
+const (
+	EventAdded    EventType = "added"
+	EventModified EventType = "modified"
+	EventDeleted  EventType = "deleted"
+)
+
+// Payload selects the event data of a source.
+type Payload string
+
+// The payload modes of Source.Payload.
+const (
+	// PayloadFull is the object JSON (managedFields removed unless
+	// KeepManagedFields).
+	PayloadFull Payload = "full"
+	// PayloadMetadata is the object's metadata only.
+	PayloadMetadata Payload = "metadata"
+	// PayloadReference is apiVersion, kind, namespace, name, uid and
+	// resourceVersion.
+	PayloadReference Payload = "reference"
+)
+
+// Initial selects how a source starts without a checkpoint.
+type Initial string
+
+// The start modes of Source.Initial.
+const (
+	// InitialSnapshot publishes every existing object (origin "initial")
+	// before live changes.
+	InitialSnapshot Initial = "snapshot"
+	// InitialNone starts from the current state without publishing it.
+	InitialNone Initial = "none"
+)
+
+// Mode is the CloudEvents content mode.
+type Mode string
+
+// The content modes of CloudEvents.Mode.
+const (
+	// ModeStructured sends one application/cloudevents+json document.
+	ModeStructured Mode = "structured"
+	// ModeBinary sends ce-* headers and the data as the body.
+	ModeBinary Mode = "binary"
+)
+
+// Storage is the JetStream storage backend.
+type Storage string
+
+// The storage backends of Stream.Storage.
+const (
+	StorageFile   Storage = "file"
+	StorageMemory Storage = "memory"
+)
+
+// Defaults. They are constants (not variables) so that nothing can change
+// them at run time; the package doc lists them for users.
+const (
+	DefaultPrefix              = "k8s"
+	DefaultNATSName            = "relayd"
+	DefaultPublishTimeout      = 10 * time.Second
+	DefaultMaxInFlight         = 256
+	DefaultDuplicateWindow     = 10 * time.Minute
+	DefaultReplicas            = 1
+	DefaultStorage             = StorageFile
+	DefaultMaxBytes            = -1
+	DefaultMode                = ModeStructured
+	DefaultCheckpointNamespace = "default"
+	DefaultCheckpointName      = "relayd-checkpoint"
+	DefaultFlushInterval       = 5 * time.Second
+	DefaultWatchTimeout        = 5 * time.Minute
+	// DefaultIdleTimeoutMargin is added to watch.timeout when
+	// watch.idleTimeout is not set.
+	DefaultIdleTimeoutMargin    = 30 * time.Second
+	DefaultRelistBackoffInitial = time.Second
+	DefaultRelistBackoffMax     = 5 * time.Minute
+	DefaultRelistBackoffFactor  = 2.0
+	DefaultRelistBackoffJitter  = 0.5
+	DefaultPageSize             = 500
+	DefaultDrainTimeout         = 20 * time.Second
+	DefaultPayload              = PayloadFull
+	DefaultInitial              = InitialSnapshot
+)
+
+// PodNamespaceEnv is the environment variable (set through the downward
+// API) that ResolveDefaults reads for checkpoint.namespace.
+const PodNamespaceEnv = "POD_NAMESPACE"
+
+// ServiceAccountNamespaceFile is the in-cluster file that ResolveDefaults
+// reads for checkpoint.namespace when PodNamespaceEnv is unset.
+const ServiceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// AllEventTypes returns the event types in their canonical order; it is the
+// default of Source.EventTypes.
+func AllEventTypes() []EventType {
+	return []EventType{EventAdded, EventModified, EventDeleted}
+}
+
+// ApplyDefaults sets every unset (zero) field to its default. It is
+// idempotent and is called by Parse and Load. It does not touch
+// checkpoint.namespace, which depends on the environment: see
+// ResolveDefaults.
+func (c *Config) ApplyDefaults() {
+	setString(&c.Prefix, DefaultPrefix)
+
+	n := &c.NATS
+	setString(&n.Name, DefaultNATSName)
+	setDuration(&n.PublishTimeout, DefaultPublishTimeout)
+	setInt(&n.MaxInFlight, DefaultMaxInFlight)
+	s := &n.Stream
+	setDuration(&s.DuplicateWindow, DefaultDuplicateWindow)
+	setInt(&s.Replicas, DefaultReplicas)
+	if s.Storage == "" {
+		s.Storage = DefaultStorage
+	}
+	if s.MaxBytes == 0 {
+		s.MaxBytes = DefaultMaxBytes
+	}
+
+	if c.CloudEvents.Mode == "" {
+		c.CloudEvents.Mode = DefaultMode
+	}
+
+	setString(&c.Checkpoint.Name, DefaultCheckpointName)
+	setDuration(&c.Checkpoint.FlushInterval, DefaultFlushInterval)
+
+	w := &c.Watch
+	setDuration(&w.Timeout, DefaultWatchTimeout)
+	setDuration(&w.IdleTimeout, time.Duration(w.Timeout)+DefaultIdleTimeoutMargin)
+	b := &w.RelistBackoff
+	setDuration(&b.Initial, DefaultRelistBackoffInitial)
+	setDuration(&b.Max, DefaultRelistBackoffMax)
+	if b.Factor == 0 {
+		b.Factor = DefaultRelistBackoffFactor
+	}
+	if b.Jitter == nil {
+		j := DefaultRelistBackoffJitter
+		b.Jitter = &j
+	}
+	setInt(&w.PageSize, DefaultPageSize)
+
+	setDuration(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
+
+	for i := range c.Sources {
+		src := &c.Sources[i]
+		if len(src.EventTypes) == 0 {
+			src.EventTypes = AllEventTypes()
+		}
+		if src.Payload == "" {
+			src.Payload = DefaultPayload
+		}
+		if src.Initial == "" {
+			src.Initial = DefaultInitial
+		}
+	}
+}
+
+func setString(p *string, def string) {
+	if *p == "" {
+		*p = def
+	}
+}
+
+func setInt(p *int, def int) {
+	if *p == 0 {
+		*p = def
+	}
+}
+
+func setDuration(p *Duration, def time.Duration) {
+	if *p == 0 {
+		*p = Duration(def)
+	}
+}
+
+// ResolveDefaults fills checkpoint.namespace when it is empty: from the
+// environment variable POD_NAMESPACE, else from the service account
+// namespace file (ServiceAccountNamespaceFile), else "default". env and
+// readFile are os.Getenv and os.ReadFile in production and fakes in tests.
+//
+// A value found in the environment or the file must be a valid namespace
+// name, otherwise ResolveDefaults returns a *ValidationError for
+// checkpoint.namespace and leaves the field empty. A missing file is not an
+// error; any other read error is.
+func (c *Config) ResolveDefaults(env func(string) string, readFile func(string) ([]byte, error)) error {
+	if c.Checkpoint.Namespace != "" {
+		return nil
+	}
+	fail := func(msg string) error {
+		return &ValidationError{Problems: []Problem{{Path: "checkpoint.namespace", Message: msg}}}
+	}
+	if env != nil {
+		if ns := strings.TrimSpace(env(PodNamespaceEnv)); ns != "" {
+			if !isDNS1123Label(ns) {
+				return fail(fmt.Sprintf("$%s %q is not a valid namespace name (must be a DNS-1123 label)", PodNamespaceEnv, ns))
+			}
+			c.Checkpoint.Namespace = ns
+			return nil
+		}
+	}
+	if readFile != nil {
+		data, err := readFile(ServiceAccountNamespaceFile)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return fail(fmt.Sprintf("not set and reading %s failed: %v", ServiceAccountNamespaceFile, err))
+		default:
+			if ns := strings.TrimSpace(string(data)); ns != "" {
+				if !isDNS1123Label(ns) {
+					return fail(fmt.Sprintf("%s holds %q, which is not a valid namespace name (must be a DNS-1123 label)", ServiceAccountNamespaceFile, ns))
+				}
+				c.Checkpoint.Namespace = ns
+				return nil
+			}
+		}
+	}
+	c.Checkpoint.Namespace = DefaultCheckpointNamespace
+	return nil
+}
+
+// StreamSubject is the subject filter of the JetStream stream relayd
+// creates: "<prefix>.<cluster>.>".
+func (c *Config) StreamSubject() string {
+	return c.prefix() + "." + c.Cluster + ".>"
+}
+
+func (c *Config) prefix() string {
+	if c.Prefix == "" {
+		return DefaultPrefix
+	}
+	return c.Prefix
+}
+
+// URLs returns the server URLs of the comma-separated URL field, trimmed,
+// with empty entries dropped.
+func (n *NATS) URLs() []string {
+	var out []string
+	for u := range strings.SplitSeq(n.URL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// JitterFraction returns Jitter, or DefaultRelistBackoffJitter when it is
+// unset.
+func (b *Backoff) JitterFraction() float64 {
+	if b.Jitter == nil {
+		return DefaultRelistBackoffJitter
+	}
+	return *b.Jitter
+}
+
+// Publishes reports whether events of type t are published for s. An empty
+// EventTypes list publishes every type.
+func (s *Source) Publishes(t EventType) bool {
+	if len(s.EventTypes) == 0 {
+		return t == EventAdded || t == EventModified || t == EventDeleted
+	}
+	for _, e := range s.EventTypes {
+		if e == t {
+			return true
+		}
+	}
+	return false
+}
+
+// AllNamespaces reports whether s watches all namespaces (or a
+// cluster-scoped kind) with one watch, i.e. Namespaces is empty.
+func (s *Source) AllNamespaces() bool {
+	return len(s.Namespaces) == 0
+}
+
+// GroupVersion returns the API group ("" for core) and version of s, from
+// Resource or from APIVersion.
+func (s *Source) GroupVersion() (group, version string) {
+	if s.Resource != nil {
+		return s.Resource.Group, s.Resource.Version
+	}
+	if g, v, ok := strings.Cut(s.APIVersion, "/"); ok {
+		return g, v
+	}
+	return "", s.APIVersion
+}
+
+// finite reports whether f is neither NaN nor infinite.
+func finite(f float64) bool {
+	return !math.IsNaN(f) && !math.IsInf(f, 0)
+}

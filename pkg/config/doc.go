@@ -1,0 +1,155 @@
+// Package config loads, defaults and validates the relayd configuration
+// file. This comment is the configuration reference; config.example.yaml at
+// the repository root is a commented example of every key.
+//
+// # File format
+//
+// The file is one YAML document (a second document, even an empty one after
+// a trailing "---", is an error; so is an empty file). Keys are
+// lowerCamelCase and decoding is strict: an unknown key, a key given twice
+// or a value of the wrong type is an error, never silently ignored.
+// Anchors, aliases and merge keys ("<<") work as in YAML 1.1.
+//
+// Durations are strings in Go syntax: "500ms", "30s", "5m", "1h30m". A bare
+// number has no unit and is rejected (except 0). Integers must be written
+// as integers (1.5 is not truncated to 1).
+//
+// A key that is left out, or set to its zero value (0, "", 0s, an empty
+// list), takes its default. The exceptions are the keys whose zero value
+// means something: watch.relistBackoff.jitter (0 = no jitter) and the
+// booleans (false).
+//
+// # Keys
+//
+// Top level:
+//
+//   - cluster (required): names the cluster in subjects and in the
+//     CloudEvents source "/relayd/<cluster>/<source>". A NATS subject token:
+//     letters, digits, '_' and '-'.
+//   - prefix (default "k8s"): first subject token(s) and CloudEvents type
+//     prefix. Tokens of letters, digits, '_' and '-', joined by dots
+//     ("k8s", "acme.k8s").
+//
+// nats:
+//
+//   - url (required): server URL, or a comma-separated list of them. Each
+//     must be nats://, tls://, ws:// or wss:// with a host and an optional
+//     port, and must not carry credentials (use a file below).
+//   - credentialsFile (optional): path of a .creds file (JWT + nkey seed).
+//   - tokenFile (optional): path of a file holding a token. At most one of
+//     credentialsFile and tokenFile. Files are read when connecting, so
+//     their existence is not checked here.
+//   - name (default "relayd"): client connection name.
+//   - publishTimeout (default 10s, > 0): wait for one PubAck.
+//   - maxInFlight (default 256, 1..65536): unacknowledged publishes per watch.
+//   - stream.name (required): JetStream stream; letters, digits, '_', '-'.
+//   - stream.create (default false): create or update the stream at start
+//     with subjects "<prefix>.<cluster>.>" and discard policy "new". The
+//     keys below configure that stream; they are validated either way.
+//   - stream.duplicateWindow (default 10m, >= 1m, <= maxAge when maxAge is
+//     set): must cover a restart or a leader hand-over.
+//   - stream.replicas (default 1, 1..5).
+//   - stream.storage (default file): file or memory.
+//   - stream.maxAge (default 0 = unlimited, >= 0).
+//   - stream.maxBytes (default -1 = unlimited; -1, 0 or positive, where 0
+//     means the default).
+//
+// cloudevents:
+//
+//   - mode (default structured): structured (one
+//     application/cloudevents+json document) or binary (ce-* headers, the
+//     object as body).
+//
+// checkpoint:
+//
+//   - namespace (default: $POD_NAMESPACE, else the service account
+//     namespace file, else "default"; a DNS-1123 label): namespace of the
+//     checkpoint ConfigMap. Resolved by Load through ResolveDefaults; Parse
+//     and `relayd check-config` leave it empty.
+//   - name (default "relayd-checkpoint", a DNS-1123 subdomain): the
+//     ConfigMap, which must exist (relayd is not granted "create").
+//   - flushInterval (default 5s, >= 100ms): how often checkpoints are
+//     written.
+//
+// watch (applies to every source):
+//
+//   - timeout (default 5m, 30s..1h, whole seconds): server-side
+//     timeoutSeconds of each watch request.
+//   - idleTimeout (default timeout + 30s, > timeout): a watch that
+//     delivered no frame for this long is aborted and resumed, so a silent
+//     network partition cannot hang it.
+//   - relistBackoff.initial (default 1s, > 0), relistBackoff.max (default
+//     5m, >= initial), relistBackoff.factor (default 2, >= 1),
+//     relistBackoff.jitter (default 0.5, 0..1): exponential backoff with
+//     jitter between failed watches and relists.
+//   - pageSize (default 500, 1..10000): page size of the paginated LIST
+//     used when the server does not support streaming lists.
+//
+// shutdown:
+//
+//   - drainTimeout (default 20s, > 0): wait for in-flight publishes and the
+//     final checkpoint on SIGTERM.
+//
+// sources (required, at least one), each:
+//
+//   - name (required, unique, a DNS-1123 label: lowercase letters, digits
+//     and '-', at most 63): names the source in subjects, CloudEvents,
+//     metrics and checkpoint keys.
+//   - apiVersion + kind, or resource (exactly one of the two forms):
+//     apiVersion is "v1" (core) or "group/version" ("apps/v1",
+//     "example.com/v1"), kind is CamelCase ("Pod"); they are resolved
+//     through discovery at start. resource is {group, version, resource}
+//     with group "" (or left out) for the core group, version a DNS-1035
+//     label ("v1", "v1beta1") and resource the lowercase plural
+//     ("deployments"; subresources cannot be watched).
+//   - namespaces (default: all namespaces, or the cluster for a
+//     cluster-scoped kind): one watch (and checkpoint) per namespace; each a
+//     DNS-1123 label, no duplicates.
+//   - labelSelector, fieldSelector (default none): server-side selectors in
+//     kubectl syntax ("app=web,tier!=db", "status.phase=Running").
+//   - eventTypes (default all): a subset of added, modified, deleted, no
+//     duplicates. Other events are dropped but still advance the checkpoint.
+//   - payload (default full): full (the object; metadata.managedFields
+//     removed), metadata (the object's metadata) or reference (apiVersion,
+//     kind, namespace, name, uid, resourceVersion).
+//   - keepManagedFields (default false): keep metadata.managedFields.
+//   - initial (default snapshot): without a checkpoint, snapshot publishes
+//     every existing object first (origin "initial"); none starts from now.
+//
+// # Errors
+//
+// Parse, Load and Validate report every problem at once, as a
+// *ValidationError whose Problems each carry a file name, a line, a key
+// path and a message. Each prints on its own line as
+//
+//	config.yaml:12: sources[2].namespaces[0]: "Web" is not a valid namespace name (must be a DNS-1123 label)
+//
+// The line is that of the offending key (for list items, of the item). For
+// a missing key it is the line of the nearest enclosing key that is
+// present, and there is none for a missing top-level key:
+//
+//	config.yaml:8: nats.stream.name: required
+//	config.yaml: sources: at least one source is required
+//
+// Paths use the YAML key names, dots between keys and [i] for list items.
+// Unknown keys are reported at their own path, with a suggestion when a
+// known key is close ("sources[1].namespace: unknown key (did you mean
+// "namespaces"?)"), otherwise with the list of valid keys. Problems with
+// the file as a whole have no path ("config.yaml:3: invalid YAML: ...",
+// "config.yaml: empty configuration file"). A Config built in Go has no
+// file or lines: its problems print as "path: message".
+//
+// Decoding problems (syntax, unknown or duplicate keys, wrong types) come
+// first, in file order, followed by validation problems in key order.
+// Validation problems that merely follow from a value that could not be
+// decoded (e.g. "required" for a key whose value was a list) are left out.
+//
+// # How decoding works
+//
+// The document is first parsed into a yaml.Node tree and walked against
+// the Config type, which yields the key paths, the line of every key and
+// one problem per unknown key or bad value, instead of the yaml package's
+// single flat error. When the walk finds nothing wrong, the document is
+// decoded again with yaml.Decoder.KnownFields(true), the authority on what
+// it means; defaults are then applied and the result is validated.
+package config

@@ -1,0 +1,447 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Problem is one thing wrong with a configuration.
+type Problem struct {
+	// Source is the file name given to Parse or Load; empty for a Config
+	// built in Go.
+	Source string
+	// Line is the 1-based line in Source of the offending key (or of the
+	// nearest enclosing key when the key is absent); 0 when unknown.
+	Line int
+	// Path is the key path, e.g. "sources[2].namespaces[0]"; empty for
+	// problems with the file as a whole.
+	Path string
+	// Message says what is wrong, and usually what is expected.
+	Message string
+}
+
+// Error formats p as "source:line: path: message", leaving out the parts
+// that are unknown or empty (see the package doc).
+func (p Problem) Error() string {
+	var b strings.Builder
+	switch {
+	case p.Source != "" && p.Line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", p.Source, p.Line)
+	case p.Source != "":
+		b.WriteString(p.Source + ": ")
+	case p.Line > 0:
+		fmt.Fprintf(&b, "line %d: ", p.Line)
+	}
+	if p.Path != "" {
+		b.WriteString(p.Path + ": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// ValidationError holds every problem found in a configuration. Parse, Load,
+// Validate and ResolveDefaults return it (as a *ValidationError) for any
+// problem with the configuration itself.
+type ValidationError struct {
+	// Problems in the order they were found: decoding problems in file
+	// order, then validation problems in key order.
+	Problems []Problem
+}
+
+// Error is errors.Join of the problems: one "path: message" line each.
+func (e *ValidationError) Error() string {
+	if err := errors.Join(e.Unwrap()...); err != nil {
+		return err.Error()
+	}
+	return "no problems"
+}
+
+// Unwrap returns the problems as errors, for errors.As and errors.Is.
+func (e *ValidationError) Unwrap() []error {
+	errs := make([]error, len(e.Problems))
+	for i, p := range e.Problems {
+		errs[i] = p
+	}
+	return errs
+}
+
+// Validate checks the whole configuration and returns nil or a
+// *ValidationError with every problem found. Unset fields are checked as
+// their defaults (Validate does not modify c). For a Config from Parse or
+// Load, each problem carries the file name and line.
+func (c *Config) Validate() error {
+	if ps := c.problems(); len(ps) > 0 {
+		return &ValidationError{Problems: ps}
+	}
+	return nil
+}
+
+// problems validates a copy of c with defaults applied.
+func (c *Config) problems() []Problem {
+	d := *c
+	d.Sources = slices.Clone(c.Sources)
+	d.ApplyDefaults()
+	v := &validator{}
+	v.config(&d)
+	for i := range v.problems {
+		c.origin.annotate(&v.problems[i])
+	}
+	return v.problems
+}
+
+// annotate sets the source and, when unknown, the line of p.
+func (o *origin) annotate(p *Problem) {
+	if o == nil {
+		return
+	}
+	p.Source = o.source
+	for path := p.Path; p.Line == 0 && path != ""; path = parentPath(path) {
+		p.Line = o.lines[path]
+	}
+}
+
+// parentPath drops the last element of a path: "a.b[2]" -> "a.b" -> "a".
+func parentPath(path string) string {
+	i := strings.LastIndexAny(path, ".[")
+	if i < 0 {
+		return ""
+	}
+	return path[:i]
+}
+
+type validator struct {
+	problems []Problem
+}
+
+func (v *validator) add(path, format string, args ...any) {
+	v.problems = append(v.problems, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) config(c *Config) {
+	switch {
+	case c.Cluster == "":
+		v.add("cluster", "required")
+	case !isToken(c.Cluster):
+		v.add("cluster", "%q is not a valid cluster name (must be letters, digits, '_' and '-')", c.Cluster)
+	}
+	if !isSubjectPrefix(c.Prefix) {
+		v.add("prefix", "%q is not a valid prefix (must be dot-separated tokens of letters, digits, '_' and '-')", c.Prefix)
+	}
+	v.nats(&c.NATS)
+	if m := c.CloudEvents.Mode; m != ModeStructured && m != ModeBinary {
+		v.add("cloudevents.mode", "%q is not a valid mode (must be structured or binary)", m)
+	}
+	v.checkpoint(&c.Checkpoint)
+	v.watch(&c.Watch)
+	v.positive("shutdown.drainTimeout", c.Shutdown.DrainTimeout)
+	v.sources(c.Sources)
+}
+
+func (v *validator) nats(n *NATS) {
+	if strings.TrimSpace(n.URL) == "" {
+		v.add("nats.url", "required")
+	} else {
+		empty := false
+		for u := range strings.SplitSeq(n.URL, ",") {
+			u = strings.TrimSpace(u)
+			if u == "" {
+				empty = true
+				continue
+			}
+			if msg := checkNATSURL(u); msg != "" {
+				v.add("nats.url", "%s", msg)
+			}
+		}
+		if empty {
+			v.add("nats.url", "empty entry in the comma-separated list %q", n.URL)
+		}
+	}
+	if n.CredentialsFile != "" && n.TokenFile != "" {
+		v.add("nats.tokenFile", "cannot be combined with nats.credentialsFile (set only one)")
+	}
+	v.positive("nats.publishTimeout", n.PublishTimeout)
+	v.intRange("nats.maxInFlight", n.MaxInFlight, 1, 65536)
+
+	s := &n.Stream
+	switch {
+	case s.Name == "":
+		v.add("nats.stream.name", "required")
+	case !isToken(s.Name):
+		v.add("nats.stream.name", "%q is not a valid stream name (must be letters, digits, '_' and '-')", s.Name)
+	}
+	if s.DuplicateWindow < Duration(time.Minute) {
+		v.add("nats.stream.duplicateWindow", "must be at least 1m, got %s", s.DuplicateWindow)
+	} else if s.MaxAge > 0 && s.DuplicateWindow > s.MaxAge {
+		v.add("nats.stream.duplicateWindow", "must not exceed nats.stream.maxAge (%s), got %s", s.MaxAge, s.DuplicateWindow)
+	}
+	v.intRange("nats.stream.replicas", s.Replicas, 1, 5)
+	if s.Storage != StorageFile && s.Storage != StorageMemory {
+		v.add("nats.stream.storage", "%q is not a valid storage type (must be file or memory)", s.Storage)
+	}
+	if s.MaxAge < 0 {
+		v.add("nats.stream.maxAge", "must not be negative (0 is unlimited), got %s", s.MaxAge)
+	}
+	if s.MaxBytes < -1 {
+		v.add("nats.stream.maxBytes", "must be -1 (unlimited) or positive, got %d", s.MaxBytes)
+	}
+}
+
+// checkNATSURL returns what is wrong with one server URL, or "".
+func checkNATSURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Opaque != "" {
+		return fmt.Sprintf("%q is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])", raw)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "nats", "tls", "ws", "wss":
+	default:
+		return fmt.Sprintf("%q is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])", raw)
+	}
+	if u.User != nil {
+		return fmt.Sprintf("%q contains credentials (use nats.credentialsFile or nats.tokenFile)", redact(u))
+	}
+	if u.Hostname() == "" {
+		return fmt.Sprintf("%q has no host", raw)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("%q has an invalid port", raw)
+		}
+	}
+	return ""
+}
+
+// redact hides the password (or token) of a URL so that it is not echoed
+// into logs.
+func redact(u *url.URL) string {
+	c := *u
+	if _, ok := c.User.Password(); ok {
+		c.User = url.UserPassword(c.User.Username(), "xxxxx")
+	} else {
+		c.User = url.User("xxxxx")
+	}
+	return c.String()
+}
+
+func (v *validator) checkpoint(c *Checkpoint) {
+	if c.Namespace != "" && !isDNS1123Label(c.Namespace) {
+		v.add("checkpoint.namespace", "%q is not a valid namespace name (must be a DNS-1123 label)", c.Namespace)
+	}
+	if len(validation.IsDNS1123Subdomain(c.Name)) > 0 {
+		v.add("checkpoint.name", "%q is not a valid ConfigMap name (must be a DNS-1123 subdomain)", c.Name)
+	}
+	if c.FlushInterval < Duration(100*time.Millisecond) {
+		v.add("checkpoint.flushInterval", "must be at least 100ms, got %s", c.FlushInterval)
+	}
+}
+
+func (v *validator) watch(w *Watch) {
+	switch {
+	case w.Timeout < Duration(30*time.Second) || w.Timeout > Duration(time.Hour):
+		v.add("watch.timeout", "must be between 30s and 1h, got %s", w.Timeout)
+	case w.Timeout%Duration(time.Second) != 0:
+		v.add("watch.timeout", "must be a whole number of seconds, got %s", w.Timeout)
+	}
+	if w.IdleTimeout <= w.Timeout {
+		v.add("watch.idleTimeout", "must be greater than watch.timeout (%s), got %s", w.Timeout, w.IdleTimeout)
+	}
+	b := &w.RelistBackoff
+	v.positive("watch.relistBackoff.initial", b.Initial)
+	if b.Max < b.Initial {
+		v.add("watch.relistBackoff.max", "must be at least watch.relistBackoff.initial (%s), got %s", b.Initial, b.Max)
+	}
+	if !finite(b.Factor) || b.Factor < 1 {
+		v.add("watch.relistBackoff.factor", "must be a number of at least 1, got %v", b.Factor)
+	}
+	if j := b.JitterFraction(); !(j >= 0 && j <= 1) {
+		v.add("watch.relistBackoff.jitter", "must be between 0 and 1, got %v", j)
+	}
+	v.intRange("watch.pageSize", w.PageSize, 1, 10000)
+}
+
+func (v *validator) sources(srcs []Source) {
+	if len(srcs) == 0 {
+		v.add("sources", "at least one source is required")
+		return
+	}
+	names := map[string]int{}
+	for i := range srcs {
+		s := &srcs[i]
+		p := "sources[" + strconv.Itoa(i) + "]"
+		switch first, dup := names[s.Name]; {
+		case s.Name == "":
+			v.add(p+".name", "required")
+		case !isDNS1123Label(s.Name):
+			v.add(p+".name", "%q is not a valid source name (must be a DNS-1123 label)", s.Name)
+		case dup:
+			v.add(p+".name", "duplicate source name %q (first at sources[%d])", s.Name, first)
+		default:
+			names[s.Name] = i
+		}
+		v.source(p, s)
+	}
+}
+
+func (v *validator) source(p string, s *Source) {
+	byKind := s.APIVersion != "" || s.Kind != ""
+	switch {
+	case byKind && s.Resource != nil:
+		v.add(p, "set either apiVersion+kind or resource, not both")
+	case !byKind && s.Resource == nil:
+		v.add(p, "set either apiVersion+kind or resource")
+	case byKind && s.APIVersion == "":
+		v.add(p+".apiVersion", "required with kind")
+	case byKind && s.Kind == "":
+		v.add(p+".kind", "required with apiVersion")
+	}
+	if s.APIVersion != "" {
+		if msg := checkAPIVersion(s.APIVersion); msg != "" {
+			v.add(p+".apiVersion", "%s", msg)
+		}
+	}
+	if s.Kind != "" && !isKind(s.Kind) {
+		v.add(p+".kind", "%q is not a valid kind (must be CamelCase starting with an uppercase letter, e.g. \"Pod\")", s.Kind)
+	}
+	if r := s.Resource; r != nil {
+		rp := p + ".resource"
+		switch {
+		case r.Group == "core":
+			v.add(rp+".group", "the core API group is written as \"\" (or left out), not \"core\"")
+		case r.Group != "" && len(validation.IsDNS1123Subdomain(r.Group)) > 0:
+			v.add(rp+".group", "%q is not a valid API group (must be a DNS-1123 subdomain, or \"\" for the core group)", r.Group)
+		}
+		switch {
+		case r.Version == "":
+			v.add(rp+".version", "required")
+		case len(validation.IsDNS1035Label(r.Version)) > 0:
+			v.add(rp+".version", "%q is not a valid API version (must be a DNS-1035 label, e.g. \"v1\" or \"v1beta1\")", r.Version)
+		}
+		switch {
+		case r.Resource == "":
+			v.add(rp+".resource", "required")
+		case strings.Contains(r.Resource, "/"):
+			v.add(rp+".resource", "%q is a subresource, which cannot be watched", r.Resource)
+		case !isDNS1123Label(r.Resource):
+			v.add(rp+".resource", "%q is not a valid resource name (must be the lowercase plural, e.g. \"deployments\")", r.Resource)
+		}
+	}
+
+	seen := map[string]int{}
+	for j, ns := range s.Namespaces {
+		np := p + ".namespaces[" + strconv.Itoa(j) + "]"
+		if !isDNS1123Label(ns) {
+			v.add(np, "%q is not a valid namespace name (must be a DNS-1123 label)", ns)
+			continue
+		}
+		if first, dup := seen[ns]; dup {
+			v.add(np, "duplicate namespace %q (first at %s.namespaces[%d])", ns, p, first)
+			continue
+		}
+		seen[ns] = j
+	}
+
+	if s.LabelSelector != "" {
+		if _, err := labels.Parse(s.LabelSelector); err != nil {
+			v.add(p+".labelSelector", "%q is not a valid label selector: %v", s.LabelSelector, err)
+		}
+	}
+	if s.FieldSelector != "" {
+		if _, err := fields.ParseSelector(s.FieldSelector); err != nil {
+			msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "invalid field selector: "), "invalid selector: ")
+			v.add(p+".fieldSelector", "%q is not a valid field selector: %s", s.FieldSelector, msg)
+		}
+	}
+
+	seenTypes := map[EventType]int{}
+	for j, t := range s.EventTypes {
+		tp := p + ".eventTypes[" + strconv.Itoa(j) + "]"
+		if t != EventAdded && t != EventModified && t != EventDeleted {
+			v.add(tp, "%q is not a valid event type (must be added, modified or deleted)", t)
+			continue
+		}
+		if first, dup := seenTypes[t]; dup {
+			v.add(tp, "duplicate event type %q (first at %s.eventTypes[%d])", t, p, first)
+			continue
+		}
+		seenTypes[t] = j
+	}
+
+	if pl := s.Payload; pl != PayloadFull && pl != PayloadMetadata && pl != PayloadReference {
+		v.add(p+".payload", "%q is not a valid payload (must be full, metadata or reference)", pl)
+	}
+	if in := s.Initial; in != InitialSnapshot && in != InitialNone {
+		v.add(p+".initial", "%q is not a valid initial mode (must be snapshot or none)", in)
+	}
+}
+
+func (v *validator) positive(path string, d Duration) {
+	if d <= 0 {
+		v.add(path, "must be greater than 0, got %s", d)
+	}
+}
+
+func (v *validator) intRange(path string, n, lo, hi int) {
+	if n < lo || n > hi {
+		v.add(path, "must be between %d and %d, got %d", lo, hi, n)
+	}
+}
+
+// checkAPIVersion returns what is wrong with an apiVersion, or "".
+func checkAPIVersion(s string) string {
+	group, version, hasGroup := strings.Cut(s, "/")
+	if !hasGroup {
+		group, version = "", s
+	}
+	if group == "core" {
+		return fmt.Sprintf("%q is not a valid apiVersion (the core group has no name: write %q)", s, version)
+	}
+	if (hasGroup && (group == "" || len(validation.IsDNS1123Subdomain(group)) > 0)) ||
+		len(validation.IsDNS1035Label(version)) > 0 {
+		return fmt.Sprintf("%q is not a valid apiVersion (must be \"v1\" or \"group/version\", e.g. \"apps/v1\")", s)
+	}
+	return ""
+}
+
+// isKind reports whether s looks like a Kubernetes kind: an ASCII
+// uppercase letter followed by letters and digits.
+func isKind(s string) bool {
+	if s == "" || s[0] < 'A' || s[0] > 'Z' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// isToken reports whether s is a non-empty NATS subject token made of
+// [A-Za-z0-9_-].
+func isToken(s string) bool {
+	return s != "" && isPlainKey(s)
+}
+
+// isSubjectPrefix reports whether s is one or more tokens joined by dots.
+func isSubjectPrefix(s string) bool {
+	for t := range strings.SplitSeq(s, ".") {
+		if !isToken(t) {
+			return false
+		}
+	}
+	return true
+}
+
+func isDNS1123Label(s string) bool {
+	return len(validation.IsDNS1123Label(s)) == 0
+}

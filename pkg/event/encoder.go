@@ -1,0 +1,610 @@
+package event
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultPrefix is the subject and CloudEvents type prefix used when
+// EncoderOptions.Prefix is empty.
+const DefaultPrefix = "k8s"
+
+// Content types and header names.
+const (
+	ContentTypeCloudEvents = "application/cloudevents+json"
+	ContentTypeJSON        = "application/json"
+	HeaderContentType      = "Content-Type"
+	HeaderMsgID            = "Nats-Msg-Id"
+	// HeaderPrefix starts the header of every CloudEvents attribute in
+	// binary content mode ("ce-id", "ce-k8sname", ...).
+	HeaderPrefix = "ce-"
+	// SpecVersion is the CloudEvents version relayd emits.
+	SpecVersion = "1.0"
+)
+
+// timeLayout is RFC 3339 with a fixed nine-digit fraction; times are
+// formatted in UTC, so the zone is always "Z".
+const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// EncoderOptions configures an Encoder.
+type EncoderOptions struct {
+	// Prefix is the first subject token(s) and the CloudEvents type prefix;
+	// DefaultPrefix ("k8s") when empty. Dot-separated tokens of A-Z a-z 0-9
+	// _ -, e.g. "k8s" or "acme.k8s".
+	Prefix string
+	// Cluster is the cluster name: one token of A-Z a-z 0-9 _ -.
+	Cluster string
+	// Source is the relayd source name from the config: one token of
+	// A-Z a-z 0-9 _ -.
+	Source string
+	// Binary selects binary content mode (ce-* headers, body = data)
+	// instead of structured mode (one application/cloudevents+json document).
+	Binary bool
+	// MaxPayload is the NATS server's max payload in bytes (headers plus
+	// body); 0 means no limit.
+	MaxPayload int
+}
+
+// Encoder builds the NATS messages of one relayd source. It is immutable
+// and safe for concurrent use.
+type Encoder struct {
+	opts EncoderOptions
+
+	subjPrefix   string // "<prefix>.<cluster>."
+	ceSource     string // "/relayd/<cluster>/<source>"
+	objType      string // "<prefix>.object."
+	ctlSubjects  [2]string
+	ctlTypes     [2]string
+	ctlSubject   string // "/relayd/<source>"
+	jsonSrcType  string // `,"source":"…","type":"<prefix>.object.`
+	jsonCluster  string // `,"datacontenttype":"application/json","k8scluster":"…"`
+	jsonRelaydSr string // `,"relaydsource":"…"`
+}
+
+// NewEncoder validates o and returns an Encoder. Errors name the offending
+// field; all problems are reported at once.
+func NewEncoder(o EncoderOptions) (*Encoder, error) {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	var errs []error
+	for _, tok := range strings.Split(o.Prefix, ".") {
+		if !validToken(tok) {
+			errs = append(errs, fmt.Errorf("EncoderOptions.Prefix %q is invalid: want dot-separated tokens of A-Z a-z 0-9 _ -", o.Prefix))
+			break
+		}
+	}
+	check := func(field, v string) {
+		switch {
+		case v == "":
+			errs = append(errs, fmt.Errorf("EncoderOptions.%s must not be empty", field))
+		case !validToken(v):
+			errs = append(errs, fmt.Errorf("EncoderOptions.%s %q is invalid: want one token of A-Z a-z 0-9 _ - (no dots)", field, v))
+		}
+	}
+	check("Cluster", o.Cluster)
+	check("Source", o.Source)
+	if o.MaxPayload < 0 {
+		errs = append(errs, fmt.Errorf("EncoderOptions.MaxPayload %d must not be negative", o.MaxPayload))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	e := &Encoder{opts: o}
+	e.subjPrefix = o.Prefix + "." + o.Cluster + "."
+	e.ceSource = "/relayd/" + o.Cluster + "/" + o.Source
+	e.objType = o.Prefix + ".object."
+	e.ctlSubjects = [2]string{
+		e.subjPrefix + ControlToken + "." + o.Source + ".sync.started",
+		e.subjPrefix + ControlToken + "." + o.Source + ".sync.completed",
+	}
+	e.ctlTypes = [2]string{o.Prefix + ".source.sync.started", o.Prefix + ".source.sync.completed"}
+	e.ctlSubject = "/relayd/" + o.Source
+	// The option values are plain ASCII tokens: no JSON escaping needed.
+	e.jsonSrcType = `,"source":"` + e.ceSource + `","type":"` + e.objType
+	e.jsonCluster = `,"datacontenttype":"` + ContentTypeJSON + `","k8scluster":"` + o.Cluster + `"`
+	e.jsonRelaydSr = `,"relaydsource":"` + o.Source + `"`
+	return e, nil
+}
+
+// Options returns the options the Encoder was built with (Prefix defaulted).
+func (e *Encoder) Options() EncoderOptions { return e.opts }
+
+// Subject returns the subject of a change of type t to the object
+// namespace/name of resource r (see the package doc for the grammar).
+func (e *Encoder) Subject(r Resource, namespace, name string, t Type) string {
+	return string(e.AppendSubject(make([]byte, 0, 96), r, namespace, name, t))
+}
+
+// AppendSubject appends Subject(r, namespace, name, t) to dst.
+func (e *Encoder) AppendSubject(dst []byte, r Resource, namespace, name string, t Type) []byte {
+	return appendObjectSubject(dst, e.subjPrefix, r, namespace, name, t)
+}
+
+// ControlSubject returns the subject of the sync.started (completed=false)
+// or sync.completed control event of this source.
+func (e *Encoder) ControlSubject(completed bool) string { return e.ctlSubjects[b2i(completed)] }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Change is one object change to publish.
+type Change struct {
+	Type     Type
+	Origin   Origin
+	Epoch    uint64    // per source, +1 on every relist
+	Time     time.Time // when relayd read the change; time.Now() if zero
+	Resource Resource
+	// Meta identifies the object. Empty APIVersion and Kind default to
+	// Resource.APIVersion() and Resource.Kind.
+	Meta Meta
+	// Payload is the mode Data was built with.
+	Payload PayloadMode
+	// Data is the payload JSON built by Object.AppendPayload (or
+	// AppendReference); it is embedded as is, so it must be valid JSON.
+	// When empty, the reference payload is built from Meta and sent with
+	// relaydpayload "reference" (e.g. for a delete with a final state
+	// unknown).
+	Data []byte
+	// FinalStateUnknown marks a delete inferred after a gap (relist after a
+	// 410): the object was gone and its final state was never seen.
+	FinalStateUnknown bool
+}
+
+// Message is one NATS message. Header has the type of nats.Header.
+type Message struct {
+	Subject string
+	// MsgID is "<source>/<id>", also in Header["Nats-Msg-Id"], so that
+	// JetStream drops a replay inside its duplicate window.
+	MsgID  string
+	Header map[string][]string
+	// Data is the body. In binary mode it aliases Change.Data.
+	Data []byte
+}
+
+// Size is the number of bytes NATS counts against the server's max payload:
+// the encoded headers ("NATS/1.0\r\n", "Key: value\r\n" per value, "\r\n")
+// plus the body.
+func (m *Message) Size() int {
+	n := len(m.Data)
+	if len(m.Header) > 0 {
+		n += len("NATS/1.0\r\n") + len("\r\n")
+		for k, vs := range m.Header {
+			for _, v := range vs {
+				n += len(k) + len(": ") + len(v) + len("\r\n")
+			}
+		}
+	}
+	return n
+}
+
+// Encode builds the NATS message for c.
+//
+// The CloudEvents id is <uid>/<resourceVersion> (plus "/deleted" for
+// deletes) and MsgID is <source>/<id>. In structured mode the body is one
+// JSON document with the attributes, the extensions and "data" (c.Data
+// embedded as is, last); in binary mode every attribute and extension is a
+// "ce-<name>" header, percent-encoded like the CloudEvents HTTP binding
+// (space, '"', '%' and bytes outside 0x21-0x7e as %HH), and the body is
+// c.Data.
+//
+// If MaxPayload is set and the message would exceed it, it is rebuilt with
+// the reference payload and relaydoversize=true. If even that is too big, or
+// c is invalid (unknown type, origin or payload mode; no name, uid or
+// resourceVersion; no resource), Encode returns an error naming the object.
+func (e *Encoder) Encode(c *Change) (Message, error) {
+	if err := e.validate(c); err != nil {
+		return Message{}, err
+	}
+	m := c.Meta
+	if m.APIVersion == "" {
+		m.APIVersion = c.Resource.APIVersion()
+	}
+	if m.Kind == "" {
+		m.Kind = c.Resource.Kind
+	}
+	data, mode := c.Data, c.Payload
+	if len(data) == 0 {
+		data, mode = AppendReference(nil, m), PayloadReference
+	}
+	ts := c.Time
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	ev := objectEvent{
+		c:       c,
+		m:       &m,
+		subject: string(appendObjectSubject(make([]byte, 0, 96), e.subjPrefix, c.Resource, m.Namespace, m.Name, c.Type)),
+		ts:      ts,
+	}
+	ev.msgID = e.msgID(&m, c.Type)
+	ev.id = ev.msgID[len(e.opts.Source)+1:]
+
+	msg := e.build(&ev, data, mode, false)
+	if limit := e.opts.MaxPayload; limit > 0 {
+		if full := msg.Size(); full > limit {
+			msg = e.build(&ev, AppendReference(nil, m), PayloadReference, true)
+			if size := msg.Size(); size > limit {
+				return Message{}, fmt.Errorf("%s: event of %d bytes (%d with the reference payload) exceeds the NATS max payload of %d bytes",
+					describe(c), full, size, limit)
+			}
+		}
+	}
+	return msg, nil
+}
+
+// objectEvent carries what both builders need.
+type objectEvent struct {
+	c       *Change
+	m       *Meta // Meta with APIVersion/Kind defaulted
+	subject string
+	msgID   string
+	id      string // suffix of msgID
+	ts      time.Time
+}
+
+func (e *Encoder) build(ev *objectEvent, data []byte, mode PayloadMode, oversize bool) Message {
+	if e.opts.Binary {
+		return e.buildBinary(ev, data, mode, oversize)
+	}
+	return e.buildStructured(ev, data, mode, oversize)
+}
+
+func (e *Encoder) msgID(m *Meta, t Type) string {
+	n := len(e.opts.Source) + 1 + len(m.UID) + 1 + len(m.ResourceVersion)
+	if t == Deleted {
+		n += len("/deleted")
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(e.opts.Source)
+	b.WriteByte('/')
+	b.WriteString(m.UID)
+	b.WriteByte('/')
+	b.WriteString(m.ResourceVersion)
+	if t == Deleted {
+		b.WriteString("/deleted")
+	}
+	return b.String()
+}
+
+func (e *Encoder) validate(c *Change) error {
+	if c == nil {
+		return errors.New("encode: nil change")
+	}
+	var problem string
+	switch {
+	case !c.Type.Valid():
+		problem = "invalid change type " + strconv.Quote(string(c.Type))
+	case !c.Origin.Valid():
+		problem = "invalid origin " + strconv.Quote(string(c.Origin))
+	case len(c.Data) > 0 && !c.Payload.Valid():
+		problem = "invalid payload mode " + strconv.Quote(string(c.Payload))
+	case c.Resource.Version == "" || c.Resource.Resource == "":
+		problem = "resource has no version or no resource name"
+	case c.Meta.Name == "":
+		problem = "object has no metadata.name"
+	case c.Meta.UID == "":
+		problem = "object has no metadata.uid"
+	case c.Meta.ResourceVersion == "":
+		problem = "object has no metadata.resourceVersion"
+	case hasControl(c.Meta.UID):
+		problem = "metadata.uid contains control characters"
+	case hasControl(c.Meta.ResourceVersion):
+		problem = "metadata.resourceVersion contains control characters"
+	default:
+		return nil
+	}
+	return errors.New(describe(c) + ": " + problem)
+}
+
+// describe names the object of c for errors.
+func describe(c *Change) string {
+	r := c.Resource.Resource
+	if c.Resource.Group != "" {
+		r += "." + c.Resource.Group
+	}
+	name := c.Meta.Name
+	if c.Meta.Namespace != "" {
+		name = c.Meta.Namespace + "/" + name
+	}
+	return fmt.Sprintf("encode %s %q (uid %q, resourceVersion %q)", r, name, c.Meta.UID, c.Meta.ResourceVersion)
+}
+
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// appendCESubject appends the CloudEvents subject of an object:
+// /api/v1[/namespaces/<ns>]/<resource>/<name> for the core group,
+// /apis/<group>/<version>/... otherwise. With escape, the pieces are
+// JSON-escaped (for the contents of a JSON string).
+func appendCESubject(dst []byte, r Resource, ns, name string, escape bool) []byte {
+	add := func(dst []byte, s string) []byte {
+		if escape {
+			return appendJSONStringContent(dst, s)
+		}
+		return append(dst, s...)
+	}
+	if r.Group == "" {
+		dst = append(dst, "/api/"...)
+	} else {
+		dst = append(add(append(dst, "/apis/"...), r.Group), '/')
+	}
+	dst = add(dst, r.Version)
+	if ns != "" {
+		dst = add(append(dst, "/namespaces/"...), ns)
+	}
+	dst = add(append(dst, '/'), r.Resource)
+	return add(append(dst, '/'), name)
+}
+
+func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode, oversize bool) Message {
+	c, m := ev.c, ev.m
+	r := &c.Resource
+	// Fixed text is ~470 bytes; strings are counted twice (subject path,
+	// extensions), escapes are rare and only make append grow once.
+	n := 600 + len(data) + len(ev.id) + 2*(len(m.Namespace)+len(m.Name)+len(r.Group)+len(r.Version)+len(r.Resource)) +
+		len(m.APIVersion) + len(m.Kind) + len(m.UID) + len(m.ResourceVersion) + len(e.jsonSrcType) + len(e.jsonCluster)
+	b := make([]byte, 0, n)
+	b = append(b, `{"specversion":"`+SpecVersion+`","id":`...)
+	b = appendJSONString(b, ev.id)
+	b = append(b, e.jsonSrcType...)
+	b = append(b, c.Type...)
+	b = append(b, `","subject":"`...)
+	b = appendCESubject(b, *r, m.Namespace, m.Name, true)
+	b = append(b, `","time":"`...)
+	b = ev.ts.UTC().AppendFormat(b, timeLayout)
+	b = append(b, '"')
+	b = append(b, e.jsonCluster...)
+	b = appendJSONField(append(b, ','), "k8sapiversion", m.APIVersion)
+	b = appendJSONField(append(b, ','), "k8skind", m.Kind)
+	b = appendJSONField(append(b, ','), "k8sresource", r.Resource)
+	if m.Namespace != "" {
+		b = appendJSONField(append(b, ','), "k8snamespace", m.Namespace)
+	}
+	b = appendJSONField(append(b, ','), "k8sname", m.Name)
+	b = appendJSONField(append(b, ','), "k8suid", m.UID)
+	b = appendJSONField(append(b, ','), "k8sresourceversion", m.ResourceVersion)
+	b = append(b, e.jsonRelaydSr...)
+	b = append(b, `,"relaydorigin":"`...)
+	b = append(b, c.Origin...)
+	b = append(b, `","relaydepoch":`...)
+	b = strconv.AppendUint(b, c.Epoch, 10)
+	b = append(b, `,"relaydpayload":"`...)
+	b = append(b, mode...)
+	b = append(b, '"')
+	if oversize {
+		b = append(b, `,"relaydoversize":true`...)
+	}
+	if c.FinalStateUnknown {
+		b = append(b, `,"relaydfinalstateunknown":true`...)
+	}
+	b = append(b, `,"data":`...)
+	b = append(b, data...)
+	b = append(b, '}')
+
+	vals := make([]string, 2)
+	vals[0], vals[1] = ContentTypeCloudEvents, ev.msgID
+	return Message{
+		Subject: ev.subject,
+		MsgID:   ev.msgID,
+		Header: map[string][]string{
+			HeaderContentType: vals[0:1:1],
+			HeaderMsgID:       vals[1:2:2],
+		},
+		Data: b,
+	}
+}
+
+// headerBuilder fills a header map whose values share one backing array.
+type headerBuilder struct {
+	h    map[string][]string
+	vals []string
+}
+
+func newHeaderBuilder(n int) headerBuilder {
+	return headerBuilder{h: make(map[string][]string, n), vals: make([]string, 0, n)}
+}
+
+func (hb *headerBuilder) add(k, v string) {
+	hb.vals = append(hb.vals, v)
+	i := len(hb.vals)
+	hb.h[k] = hb.vals[i-1 : i : i]
+}
+
+// ce adds a ce-<name> header with a percent-encoded value.
+func (hb *headerBuilder) ce(name, v string) { hb.add(HeaderPrefix+name, encodeHeaderValue(v)) }
+
+func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, oversize bool) Message {
+	c, m := ev.c, ev.m
+	hb := newHeaderBuilder(24)
+	hb.ce("specversion", SpecVersion)
+	hb.ce("id", ev.id)
+	hb.ce("source", e.ceSource)
+	hb.ce("type", e.objType+string(c.Type))
+	hb.ce("subject", string(appendCESubject(make([]byte, 0, 64), c.Resource, m.Namespace, m.Name, false)))
+	hb.ce("time", string(ev.ts.UTC().AppendFormat(make([]byte, 0, 32), timeLayout)))
+	hb.ce("k8scluster", e.opts.Cluster)
+	hb.ce("k8sapiversion", m.APIVersion)
+	hb.ce("k8skind", m.Kind)
+	hb.ce("k8sresource", c.Resource.Resource)
+	if m.Namespace != "" {
+		hb.ce("k8snamespace", m.Namespace)
+	}
+	hb.ce("k8sname", m.Name)
+	hb.ce("k8suid", m.UID)
+	hb.ce("k8sresourceversion", m.ResourceVersion)
+	hb.ce("relaydsource", e.opts.Source)
+	hb.ce("relaydorigin", string(c.Origin))
+	hb.ce("relaydepoch", strconv.FormatUint(c.Epoch, 10))
+	hb.ce("relaydpayload", string(mode))
+	if oversize {
+		hb.ce("relaydoversize", "true")
+	}
+	if c.FinalStateUnknown {
+		hb.ce("relaydfinalstateunknown", "true")
+	}
+	hb.add(HeaderContentType, ContentTypeJSON)
+	hb.add(HeaderMsgID, ev.msgID)
+	return Message{Subject: ev.subject, MsgID: ev.msgID, Header: hb.h, Data: data}
+}
+
+// headerEscape marks the bytes percent-encoded in ce-* header values: the
+// CloudEvents HTTP binding rule (space, '"', '%', outside 0x21-0x7e).
+var headerEscape = func() (t [256]bool) {
+	for c := 0; c < 256; c++ {
+		t[c] = c <= ' ' || c == '"' || c == '%' || c >= 0x7f
+	}
+	return t
+}()
+
+// encodeHeaderValue percent-encodes v for a ce-* header; it returns v
+// itself when nothing needs encoding.
+func encodeHeaderValue(v string) string {
+	for i := 0; i < len(v); i++ {
+		if headerEscape[v[i]] {
+			b := make([]byte, 0, len(v)+16)
+			b = append(b, v[:i]...)
+			for ; i < len(v); i++ {
+				if c := v[i]; headerEscape[c] {
+					b = append(b, '%', hexUpper[c>>4], hexUpper[c&0xf])
+				} else {
+					b = append(b, c)
+				}
+			}
+			return string(b)
+		}
+	}
+	return v
+}
+
+// SyncCounts are the object counts of a completed (re)list.
+type SyncCounts struct {
+	Added     int64 `json:"added"`     // new objects published
+	Modified  int64 `json:"modified"`  // changed objects published
+	Deleted   int64 `json:"deleted"`   // deletes inferred (final state unknown)
+	Unchanged int64 `json:"unchanged"` // objects already published, suppressed
+	Total     int64 `json:"total"`     // objects in the list
+}
+
+// SyncEvent describes a sync.started or sync.completed control event, which
+// bracket the initial snapshot and every relist.
+type SyncEvent struct {
+	// Completed selects sync.completed; false is sync.started.
+	Completed bool
+	// Namespace is the watch scope; "" for all namespaces or a
+	// cluster-scoped kind.
+	Namespace string
+	Epoch     uint64
+	// Reason is why the sync happened: "initial", "expired" (410),
+	// "no-checkpoint", ...
+	Reason              string
+	FromResourceVersion string
+	ToResourceVersion   string
+	// Counts are sent only on sync.completed.
+	Counts SyncCounts
+	// Time of the event; time.Now() if zero.
+	Time time.Time
+}
+
+// Control builds the sync.started / sync.completed control event: subject
+// <prefix>.<cluster>._relayd.<source>.sync.started|completed, type
+// <prefix>.source.sync.started|completed, id
+// sync/<namespace|_>/<epoch>/started|completed, CloudEvents subject
+// /relayd/<source>, extensions relaydsource, relaydepoch, k8scluster and
+// k8snamespace (omitted when empty), and data
+// {"namespace","epoch","reason","fromResourceVersion","toResourceVersion"}
+// plus "counts" on sync.completed. MaxPayload does not apply (a control
+// event is a few hundred bytes).
+func (e *Encoder) Control(s SyncEvent) Message {
+	phase := "started"
+	if s.Completed {
+		phase = "completed"
+	}
+	ns := s.Namespace
+	if ns == "" {
+		ns = EmptyToken
+	}
+	id := "sync/" + ns + "/" + strconv.FormatUint(s.Epoch, 10) + "/" + phase
+	msgID := e.opts.Source + "/" + id
+	ts := s.Time
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+
+	d := make([]byte, 0, 256)
+	d = appendJSONField(append(d, '{'), "namespace", s.Namespace)
+	d = strconv.AppendUint(append(d, `,"epoch":`...), s.Epoch, 10)
+	d = appendJSONField(append(d, ','), "reason", s.Reason)
+	d = appendJSONField(append(d, ','), "fromResourceVersion", s.FromResourceVersion)
+	d = appendJSONField(append(d, ','), "toResourceVersion", s.ToResourceVersion)
+	if s.Completed {
+		d = strconv.AppendInt(append(d, `,"counts":{"added":`...), s.Counts.Added, 10)
+		d = strconv.AppendInt(append(d, `,"modified":`...), s.Counts.Modified, 10)
+		d = strconv.AppendInt(append(d, `,"deleted":`...), s.Counts.Deleted, 10)
+		d = strconv.AppendInt(append(d, `,"unchanged":`...), s.Counts.Unchanged, 10)
+		d = strconv.AppendInt(append(d, `,"total":`...), s.Counts.Total, 10)
+		d = append(d, '}')
+	}
+	d = append(d, '}')
+
+	typ := e.ctlTypes[b2i(s.Completed)]
+	subject := e.ctlSubjects[b2i(s.Completed)]
+	if e.opts.Binary {
+		hb := newHeaderBuilder(12)
+		hb.ce("specversion", SpecVersion)
+		hb.ce("id", id)
+		hb.ce("source", e.ceSource)
+		hb.ce("type", typ)
+		hb.ce("subject", e.ctlSubject)
+		hb.ce("time", string(ts.UTC().AppendFormat(make([]byte, 0, 32), timeLayout)))
+		hb.ce("k8scluster", e.opts.Cluster)
+		if s.Namespace != "" {
+			hb.ce("k8snamespace", s.Namespace)
+		}
+		hb.ce("relaydsource", e.opts.Source)
+		hb.ce("relaydepoch", strconv.FormatUint(s.Epoch, 10))
+		hb.add(HeaderContentType, ContentTypeJSON)
+		hb.add(HeaderMsgID, msgID)
+		return Message{Subject: subject, MsgID: msgID, Header: hb.h, Data: d}
+	}
+
+	b := make([]byte, 0, 512+len(d))
+	b = append(b, `{"specversion":"`+SpecVersion+`"`...)
+	b = appendJSONField(append(b, ','), "id", id)
+	b = appendJSONField(append(b, ','), "source", e.ceSource)
+	b = appendJSONField(append(b, ','), "type", typ)
+	b = appendJSONField(append(b, ','), "subject", e.ctlSubject)
+	b = append(b, `,"time":"`...)
+	b = ts.UTC().AppendFormat(b, timeLayout)
+	b = append(b, '"')
+	b = append(b, e.jsonCluster...)
+	if s.Namespace != "" {
+		b = appendJSONField(append(b, ','), "k8snamespace", s.Namespace)
+	}
+	b = append(b, e.jsonRelaydSr...)
+	b = strconv.AppendUint(append(b, `,"relaydepoch":`...), s.Epoch, 10)
+	b = append(b, `,"data":`...)
+	b = append(b, d...)
+	b = append(b, '}')
+	vals := []string{ContentTypeCloudEvents, msgID}
+	return Message{
+		Subject: subject,
+		MsgID:   msgID,
+		Header:  map[string][]string{HeaderContentType: vals[0:1:1], HeaderMsgID: vals[1:2:2]},
+		Data:    b,
+	}
+}

@@ -1,0 +1,104 @@
+package event
+
+// Type is the kind of change an event reports. Its values are the last token
+// of an object subject and the suffix of the CloudEvents type.
+type Type string
+
+// The change types.
+const (
+	Added    Type = "added"
+	Modified Type = "modified"
+	Deleted  Type = "deleted"
+)
+
+// Valid reports whether t is one of [Added], [Modified] or [Deleted].
+func (t Type) Valid() bool { return t == Added || t == Modified || t == Deleted }
+
+// TypeFromWatch maps a watch frame type ("ADDED", "MODIFIED", "DELETED") to a
+// [Type]. It reports false for every other value, including "BOOKMARK" and
+// "ERROR", which are not object changes.
+func TypeFromWatch(watchType string) (Type, bool) {
+	switch watchType {
+	case "ADDED":
+		return Added, true
+	case "MODIFIED":
+		return Modified, true
+	case "DELETED":
+		return Deleted, true
+	}
+	return "", false
+}
+
+// Origin says why relayd published an event (the relaydorigin extension).
+type Origin string
+
+// The origins.
+const (
+	// OriginWatch is a change delivered by a running watch.
+	OriginWatch Origin = "watch"
+	// OriginInitial is an object published by the initial snapshot of a
+	// source that had no checkpoint.
+	OriginInitial Origin = "initial"
+	// OriginResync is an object published by the relist after a 410 Gone.
+	OriginResync Origin = "resync"
+)
+
+// Valid reports whether o is one of the defined origins.
+func (o Origin) Valid() bool { return o == OriginWatch || o == OriginInitial || o == OriginResync }
+
+// PayloadMode selects what the data of an event carries.
+type PayloadMode string
+
+// The payload modes.
+const (
+	// PayloadFull is the object JSON, metadata.managedFields removed unless
+	// configured otherwise.
+	PayloadFull PayloadMode = "full"
+	// PayloadMetadata is {"apiVersion","kind","metadata"}.
+	PayloadMetadata PayloadMode = "metadata"
+	// PayloadReference is {"apiVersion","kind","namespace","name","uid","resourceVersion"}.
+	PayloadReference PayloadMode = "reference"
+)
+
+// Valid reports whether m is one of the defined payload modes.
+func (m PayloadMode) Valid() bool {
+	return m == PayloadFull || m == PayloadMetadata || m == PayloadReference
+}
+
+// Resource is a resolved Kubernetes resource type (a GVR plus its kind).
+type Resource struct {
+	Group      string // "" for the core group
+	Version    string // e.g. "v1"
+	Resource   string // plural resource name, e.g. "pods"
+	Kind       string // e.g. "Pod"
+	Namespaced bool
+}
+
+// APIVersion returns the apiVersion of the resource: "v1" for the core group,
+// "<group>/<version>" otherwise (e.g. "apps/v1").
+func (r Resource) APIVersion() string {
+	if r.Group == "" {
+		return r.Version
+	}
+	return r.Group + "/" + r.Version
+}
+
+// appendAPIVersion appends r.APIVersion() to dst without allocating a string.
+func (r Resource) appendAPIVersion(dst []byte) []byte {
+	if r.Group != "" {
+		dst = append(dst, r.Group...)
+		dst = append(dst, '/')
+	}
+	return append(dst, r.Version...)
+}
+
+// Meta is what relayd reads from an object without decoding it. Fields absent
+// from the object (or JSON null) are empty.
+type Meta struct {
+	APIVersion      string
+	Kind            string
+	Namespace       string
+	Name            string
+	UID             string
+	ResourceVersion string
+}

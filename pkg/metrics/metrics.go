@@ -1,0 +1,185 @@
+// Package metrics defines relayd's Prometheus metrics (DESIGN §5). They are
+// registered on a registry the caller passes in (never the global one), all
+// carry the relayd_ prefix and base units, and their only per-source label is
+// the source name from the config — never an object name — so cardinality is
+// bounded by the config.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/relayd/relayd/internal/version"
+)
+
+// Restart and relist reasons; a fixed set so label values stay bounded.
+const (
+	ReasonExpired   = "expired"   // 410: history compacted
+	ReasonTimeout   = "timeout"   // the server ended the watch at timeoutSeconds
+	ReasonIdle      = "idle"      // no frame for watch.idleTimeout (client-side)
+	ReasonClosed    = "closed"    // the stream ended early (network, apiserver restart)
+	ReasonForbidden = "forbidden" // RBAC refused list/watch
+	ReasonNotFound  = "not-found" // kind/namespace not served (e.g. CRD deleted)
+	ReasonResolve   = "resolve"   // discovery could not resolve the kind
+	ReasonError     = "error"     // anything else
+	ReasonPanic     = "panic"     // a recovered panic in the source goroutine
+	ReasonInitial   = "initial"   // first list of a source without a checkpoint
+)
+
+// Metrics is the full set. Construct with New.
+type Metrics struct {
+	Events            *prometheus.CounterVec   // source, type, origin
+	EventsFiltered    *prometheus.CounterVec   // source
+	WatchRestarts     *prometheus.CounterVec   // source, reason
+	Relists           *prometheus.CounterVec   // source, reason
+	ResyncMarkers     *prometheus.CounterVec   // source, marker
+	Bookmarks         *prometheus.CounterVec   // source
+	LastEvent         *prometheus.GaugeVec     // source
+	LastBookmark      *prometheus.GaugeVec     // source
+	Lag               *prometheus.HistogramVec // source
+	InFlight          *prometheus.GaugeVec     // source
+	PublishErrors     *prometheus.CounterVec   // source, reason
+	Duplicates        *prometheus.CounterVec   // source
+	Oversize          *prometheus.CounterVec   // source
+	CheckpointWrites  prometheus.Counter
+	CheckpointErrors  prometheus.Counter
+	CheckpointAge     *prometheus.GaugeVec // source
+	NATSConnected     prometheus.Gauge
+	SourceUp          *prometheus.GaugeVec // source
+	SourceLeader      *prometheus.GaugeVec // source
+	TrackedObjects    *prometheus.GaugeVec // source
+	Epoch             *prometheus.GaugeVec // source
+	SourcePanics      *prometheus.CounterVec
+	checkpointWritten map[string]time.Time
+}
+
+// New creates the metrics and registers them, with the Go and process
+// collectors and relayd_build_info, on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	src := []string{"source"}
+	m := &Metrics{
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_events_total", Help: "Events published and acknowledged by JetStream, by source, type and origin.",
+		}, []string{"source", "type", "origin"}),
+		EventsFiltered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_events_filtered_total", Help: "Events read but not published because of the source's eventTypes filter.",
+		}, src),
+		WatchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_watch_restarts_total", Help: "Watch requests that ended and were restarted, by reason.",
+		}, []string{"source", "reason"}),
+		Relists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_relists_total", Help: "Full lists of a source (initial snapshot or recovery from 410 Expired), by reason.",
+		}, []string{"source", "reason"}),
+		ResyncMarkers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_resync_markers_total", Help: "sync.started / sync.completed control events published.",
+		}, []string{"source", "marker"}),
+		Bookmarks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_bookmarks_total", Help: "BOOKMARK frames received.",
+		}, src),
+		LastEvent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relayd_last_event_timestamp_seconds", Help: "Unix time of the last object event read from the watch.",
+		}, src),
+		LastBookmark: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relayd_last_bookmark_timestamp_seconds", Help: "Unix time of the last BOOKMARK read from the watch.",
+		}, src),
+		Lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "relayd_publish_lag_seconds",
+			Help:    "Time from reading an event off the watch to its JetStream PubAck.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, src),
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relayd_publish_in_flight", Help: "Publishes sent and not yet acknowledged.",
+		}, src),
+		PublishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_publish_errors_total", Help: "Failed publish attempts (each is retried; nothing is dropped), by reason.",
+		}, []string{"source", "reason"}),
+		Duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_publish_duplicates_total", Help: "Publishes JetStream reported as duplicates (dropped by Nats-Msg-Id dedup).",
+		}, src),
+		Oversize: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_events_oversize_total", Help: "Events sent as a reference because the object exceeded the NATS max payload.",
+		}, src),
+		CheckpointWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relayd_checkpoint_writes_total", Help: "Successful checkpoint ConfigMap updates.",
+		}),
+		CheckpointErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relayd_checkpoint_errors_total", Help: "Failed checkpoint ConfigMap updates.",
+		}),
+		CheckpointAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relayd_checkpoint_age_seconds", Help: "Seconds since the source's position was last persisted (0 until a first write).",
+		}, src),
+		NATSConnected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relayd_nats_connected", Help: "1 when the NATS connection is up.",
+		}),
+		SourceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relayd_source_up", Help: "1 when every watch of the source is established.",
+		}, src),
+		SourceLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relayd_source_leader", Help: "1 when this replica runs the source.",
+		}, src),
+		TrackedObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relayd_tracked_objects", Help: "Objects the source knows to exist (last list plus adds minus deletes).",
+		}, src),
+		Epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relayd_source_epoch", Help: "Relist generation of the source (relaydepoch of its events).",
+		}, src),
+		SourcePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_source_panics_total", Help: "Panics recovered in a source goroutine (the source is restarted).",
+		}, src),
+		checkpointWritten: map[string]time.Time{},
+	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_build_info", Help: "Build information; always 1.",
+	}, []string{"version", "revision", "goversion"})
+	buildInfo.WithLabelValues(version.Version, version.Commit, version.GoVersion()).Set(1)
+
+	cs := []prometheus.Collector{
+		m.Events, m.EventsFiltered, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
+		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.PublishErrors, m.Duplicates, m.Oversize,
+		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.SourceUp,
+		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, buildInfo,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// InitSource pre-initialises a source's label values, so that alerts and
+// dashboards see 0 instead of no series before the first event.
+func (m *Metrics) InitSource(source string) {
+	for _, t := range []string{"added", "modified", "deleted"} {
+		for _, o := range []string{"watch", "initial", "resync"} {
+			m.Events.WithLabelValues(source, t, o)
+		}
+	}
+	m.EventsFiltered.WithLabelValues(source)
+	for _, r := range []string{ReasonExpired, ReasonTimeout, ReasonIdle, ReasonClosed, ReasonForbidden, ReasonNotFound, ReasonResolve, ReasonError, ReasonPanic} {
+		m.WatchRestarts.WithLabelValues(source, r)
+	}
+	for _, r := range []string{ReasonExpired, ReasonInitial} {
+		m.Relists.WithLabelValues(source, r)
+	}
+	m.ResyncMarkers.WithLabelValues(source, "started")
+	m.ResyncMarkers.WithLabelValues(source, "completed")
+	m.Bookmarks.WithLabelValues(source)
+	m.LastEvent.WithLabelValues(source)
+	m.LastBookmark.WithLabelValues(source)
+	m.Lag.WithLabelValues(source)
+	m.InFlight.WithLabelValues(source)
+	m.PublishErrors.WithLabelValues(source, "error")
+	m.Duplicates.WithLabelValues(source)
+	m.Oversize.WithLabelValues(source)
+	m.CheckpointAge.WithLabelValues(source)
+	m.SourceUp.WithLabelValues(source)
+	m.SourceLeader.WithLabelValues(source)
+	m.TrackedObjects.WithLabelValues(source)
+	m.Epoch.WithLabelValues(source)
+	m.SourcePanics.WithLabelValues(source)
+}

@@ -1,0 +1,378 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/checkpoint"
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/relay"
+)
+
+var (
+	env     *testenv.Env
+	natsSrv *testenv.NATS
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, testenv.Options{}, &env, &natsSrv))
+}
+
+// cfgTemplate is a config with test-specific names filled in; sources are
+// appended as YAML by each test.
+const cfgTemplate = `
+cluster: {{.Cluster}}
+nats:
+  url: {{.URL}}
+  publishTimeout: 2s
+  maxInFlight: 64
+  stream:
+    name: {{.Stream}}
+    create: true
+    duplicateWindow: 10m
+checkpoint:
+  namespace: {{.NS}}
+  name: cp
+  flushInterval: 200ms
+watch:
+  timeout: 60s
+  relistBackoff: {initial: 100ms, max: 2s}
+shutdown:
+  drainTimeout: 10s
+sources:
+{{.Sources}}
+`
+
+// fixture is one test's namespace, stream and relay config.
+type fixture struct {
+	t       *testing.T
+	env     *testenv.Env
+	nats    *testenv.NATS
+	ns      string
+	cluster string
+	stream  string
+	cs      *kubernetes.Clientset
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	cfgYAML string
+}
+
+func newFixture(t *testing.T, e *testenv.Env, n *testenv.NATS, sources string) *fixture {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	name = strings.Trim(name, "-")
+	f := &fixture{t: t, env: e, nats: n, ns: name, cluster: "c" + fmt.Sprint(time.Now().UnixNano()%1e6), stream: "S" + fmt.Sprint(time.Now().UnixNano()%1e9)}
+	cs, err := kubernetes.NewForConfig(e.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cs = cs
+	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f.nc = nc
+	if f.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	err = template.Must(template.New("cfg").Parse(cfgTemplate)).Execute(&b, map[string]string{
+		"Cluster": f.cluster, "URL": n.URL(), "Stream": f.stream, "NS": f.ns,
+		"Sources": strings.ReplaceAll(sources, "$NS", f.ns),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cfgYAML = b.String()
+	return f
+}
+
+func (f *fixture) config() *config.Config {
+	f.t.Helper()
+	cfg, err := config.Parse([]byte(f.cfgYAML), "test.yaml")
+	if err != nil {
+		f.t.Fatalf("config: %v\n%s", err, f.cfgYAML)
+	}
+	return cfg
+}
+
+// running is an in-process relay.
+type running struct {
+	cancel     context.CancelFunc
+	done       chan error
+	reg        *prometheus.Registry
+	healthAddr string
+}
+
+// start runs relay.Run in-process with rc (admin if nil) and waits for /readyz
+// unless wantReady is false.
+func (f *fixture) start(rc *rest.Config, wantReady bool) *running {
+	f.t.Helper()
+	if rc == nil {
+		rc = f.env.AdminConfig()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1), reg: prometheus.NewRegistry()}
+	addrs := make(chan string, 1)
+	log := zaptest.NewLogger(f.t, zaptest.Level(zap.WarnLevel))
+	go func() {
+		r.done <- relay.Run(ctx, relay.Options{
+			Config: f.config(), RestConfig: rc, Logger: log, Registry: r.reg,
+			MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
+			Ready: func(_, h string) { addrs <- h },
+		})
+	}()
+	select {
+	case r.healthAddr = <-addrs:
+	case err := <-r.done:
+		f.t.Fatalf("relay.Run returned at start: %v", err)
+	}
+	f.t.Cleanup(func() { r.stop(f.t) })
+	if wantReady {
+		f.eventually(30*time.Second, "relayd ready", func() error { return r.readyErr() })
+	}
+	return r
+}
+
+func (r *running) readyErr() error {
+	resp, err := http.Get("http://" + r.healthAddr + "/readyz")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz %d: %s", resp.StatusCode, body)
+	}
+	return nil
+}
+
+func (r *running) stop(t *testing.T) {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("relay.Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("relay.Run did not return within 30s of cancel")
+	}
+}
+
+func (f *fixture) eventually(timeout time.Duration, what string, fn func() error) {
+	f.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// msg is one stored message, decoded.
+type msg struct {
+	Seq     uint64
+	Subject string
+	MsgID   string
+	Env     event.Envelope
+}
+
+// stored returns every message in the fixture's stream, in order.
+func (f *fixture) stored() []msg {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.t.Context(), 20*time.Second)
+	defer cancel()
+	s, err := f.js.Stream(ctx, f.stream)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil
+		}
+		f.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []msg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		rm, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			f.t.Fatal(err)
+		}
+		e, err := event.DecodeMessage(rm.Header, rm.Data)
+		if err != nil {
+			f.t.Fatalf("message %d on %s does not decode: %v", seq, rm.Subject, err)
+		}
+		out = append(out, msg{Seq: seq, Subject: rm.Subject, MsgID: rm.Header.Get(jetstream.MsgIDHeader), Env: e})
+	}
+	return out
+}
+
+// waitStored waits until the stream holds a message matching each want.
+func (f *fixture) waitStored(timeout time.Duration, want ...func(msg) bool) []msg {
+	f.t.Helper()
+	var got []msg
+	f.eventually(timeout, "expected events on the stream", func() error {
+		got = f.stored()
+		for i, w := range want {
+			found := false
+			for _, m := range got {
+				if w(m) {
+					found = true
+					break
+				}
+			}
+			if !found {
+				return fmt.Errorf("want[%d] not among %d messages:\n%s", i, len(got), dump(got))
+			}
+		}
+		return nil
+	})
+	return got
+}
+
+func dump(ms []msg) string {
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "  %d %s %s %s/%s rv=%s origin=%s\n", m.Seq, m.Env.Type, m.Env.K8sKind, m.Env.K8sNamespace, m.Env.K8sName, m.Env.K8sResourceVersion, m.Env.RelaydOrigin)
+	}
+	return b.String()
+}
+
+func isEvent(typ, name, rv string) func(msg) bool {
+	return func(m msg) bool {
+		return strings.HasSuffix(m.Env.Type, ".object."+typ) && m.Env.K8sName == name && (rv == "" || m.Env.K8sResourceVersion == rv)
+	}
+}
+
+func isSync(marker string) func(msg) bool {
+	return func(m msg) bool { return strings.HasSuffix(m.Env.Type, ".source.sync."+marker) }
+}
+
+// checkpoints reads the checkpoint ConfigMap.
+func (f *fixture) checkpoints() map[string]checkpoint.Position {
+	f.t.Helper()
+	cm, err := f.cs.CoreV1().ConfigMaps(f.ns).Get(f.t.Context(), "cp", metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]checkpoint.Position{}
+	for k, v := range cm.Data {
+		var p checkpoint.Position
+		if err := json.Unmarshal([]byte(v), &p); err != nil {
+			f.t.Fatalf("checkpoint key %s: %v", k, err)
+		}
+		out[k] = p
+	}
+	return out
+}
+
+func (f *fixture) createCM(name string, labels map[string]string, data map[string]string) *corev1.ConfigMap {
+	f.t.Helper()
+	cm, err := f.cs.CoreV1().ConfigMaps(f.ns).Create(f.t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Data: data}, metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return cm
+}
+
+func (f *fixture) updateCM(cm *corev1.ConfigMap, k, v string) *corev1.ConfigMap {
+	f.t.Helper()
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[k] = v
+	out, err := f.cs.CoreV1().ConfigMaps(cm.Namespace).Update(f.t.Context(), cm, metav1.UpdateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return out
+}
+
+func (f *fixture) deleteCM(name string) {
+	f.t.Helper()
+	if err := f.cs.CoreV1().ConfigMaps(f.ns).Delete(f.t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return -1
+}
+
+var _ = testutil.ToFloat64 // lint helpers are used in metrics_test.go
+var _ sync.Mutex

@@ -1,0 +1,478 @@
+// Package relay wires relayd's data path and supervises it:
+//
+//	config → source (one Watcher per source and namespace)
+//	       → event (payload shaping, CloudEvent, subject, Nats-Msg-Id)
+//	       → sink (JetStream pipeline per watch, acked watermark)
+//	       → checkpoint (ConfigMap, coalesced, never ahead of the watermark)
+//
+// Every watch runs in its own goroutine under a supervisor that restarts it
+// with backoff, recovers panics (counted and logged with the stack), and
+// never lets one source stop the others. Run also serves /metrics, /healthz
+// and /readyz, and performs the graceful shutdown sequence of DESIGN §5.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/relayd/relayd/pkg/checkpoint"
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/metrics"
+	"github.com/relayd/relayd/pkg/sink"
+)
+
+// Options are Run's dependencies.
+type Options struct {
+	Config     *config.Config      // loaded and validated
+	RestConfig *rest.Config        // apiserver access
+	Logger     *zap.Logger         // required
+	Registry   *prometheus.Registry // metrics are registered here and served from it
+	// MetricsAddr serves /metrics ("" = not served), HealthAddr serves
+	// /healthz and /readyz ("" = not served). They may be equal.
+	MetricsAddr string
+	HealthAddr  string
+	// Ready, if set, receives the listeners' addresses once serving (tests
+	// use ":0").
+	Ready func(metricsAddr, healthAddr string)
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Config == nil {
+		errs = append(errs, errors.New("relay: Options.Config is required"))
+	}
+	if o.RestConfig == nil {
+		errs = append(errs, errors.New("relay: Options.RestConfig is required"))
+	}
+	if o.Logger == nil {
+		errs = append(errs, errors.New("relay: Options.Logger is required"))
+	}
+	if o.Registry == nil {
+		errs = append(errs, errors.New("relay: Options.Registry is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// relay is one running instance.
+type relay struct {
+	o       Options
+	cfg     *config.Config
+	log     *zap.Logger
+	m       *metrics.Metrics
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	store   *checkpoint.Store
+	sink    *sink.Sink
+	disco   discovery.DiscoveryInterface
+	httpc   *http.Client
+	watches []*watch
+
+	ready         atomic.Bool // flipped off first on shutdown
+	checkpointsOK atomic.Bool
+}
+
+// Run runs relayd until ctx is cancelled, then shuts down gracefully. It
+// returns an error only if it cannot start (bad options, a listener that
+// cannot bind); everything after start is retried, not fatal.
+func Run(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	m, err := metrics.New(o.Registry)
+	if err != nil {
+		return fmt.Errorf("relay: register metrics: %w", err)
+	}
+	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m}
+
+	// HTTP first, so /healthz answers while we connect.
+	srv, err := r.serveHTTP()
+	if err != nil {
+		return err
+	}
+	defer srv.shutdown(r.log)
+
+	if err := r.connectKube(); err != nil {
+		return err
+	}
+	if err := r.connectNATS(); err != nil {
+		return err
+	}
+	defer r.nc.Close()
+
+	s, err := sink.New(sink.Options{
+		JetStream: r.js, Logger: r.log.Named("sink"), Metrics: m, MaxInFlight: r.cfg.NATS.MaxInFlight,
+	})
+	if err != nil {
+		return err
+	}
+	r.sink = s
+	r.buildWatches()
+
+	// Everything below runs until ctx ends.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	var bg sync.WaitGroup
+	bg.Go(func() { r.ensureStream(runCtx) })
+	bg.Go(func() { r.loadCheckpoints(runCtx) })
+	srcCtx, stopSources := context.WithCancel(runCtx)
+	var sources sync.WaitGroup
+	for _, w := range r.watches {
+		sources.Go(func() { r.supervise(srcCtx, w) })
+	}
+	bg.Go(func() { r.checkpointLoop(runCtx) })
+	bg.Go(func() { r.readinessLoop(runCtx) })
+
+	<-ctx.Done()
+	r.shutdown(stopSources, &sources)
+	stopRun()
+	bg.Wait()
+	return nil
+}
+
+// shutdown is DESIGN §5: readiness off, stop watches, drain in-flight
+// publishes, write the final checkpoint (the HTTP servers stop last, in Run's
+// deferred call).
+func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup) {
+	t0 := time.Now()
+	r.ready.Store(false)
+	r.log.Info("shutting down: readiness off, stopping watches")
+	stopSources()
+	sources.Wait()
+	drainCtx, cancel := context.WithTimeout(context.Background(), r.cfg.Shutdown.DrainTimeout.Duration())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, w := range r.watches {
+		wg.Go(func() {
+			if err := w.pipe.Drain(drainCtx); err != nil {
+				r.log.Warn("drain incomplete; these events were not checkpointed and will be replayed after restart", zap.Error(err))
+			}
+		})
+	}
+	wg.Wait()
+	for _, w := range r.watches {
+		w.pipe.Close()
+	}
+	if r.checkpointsOK.Load() {
+		if err := r.store.Flush(drainCtx); err != nil {
+			r.log.Error("final checkpoint write failed; the next start replays from the previous checkpoint", zap.Error(err))
+		} else {
+			r.log.Info("final checkpoint written")
+		}
+	}
+	if err := r.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		r.log.Debug("nats flush", zap.Error(err))
+	}
+	r.log.Info("shutdown complete", zap.Duration("took", time.Since(t0)))
+}
+
+func (r *relay) connectKube() error {
+	cfg := rest.CopyConfig(r.o.RestConfig)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "relayd"
+	}
+	httpc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return fmt.Errorf("relay: kubernetes client: %w", err)
+	}
+	r.httpc = httpc
+	cs, err := kubernetes.NewForConfigAndClient(cfg, httpc)
+	if err != nil {
+		return fmt.Errorf("relay: kubernetes client: %w", err)
+	}
+	r.disco = cs.Discovery()
+	store, err := checkpoint.New(checkpoint.Options{
+		Client:        cs.CoreV1(),
+		Namespace:     r.cfg.Checkpoint.Namespace,
+		Name:          r.cfg.Checkpoint.Name,
+		FlushInterval: r.cfg.Checkpoint.FlushInterval.Duration(),
+		Logger:        r.log.Named("checkpoint"),
+		Metrics:       checkpointMetrics{r.m},
+	})
+	if err != nil {
+		return err
+	}
+	r.store = store
+	return nil
+}
+
+func (r *relay) connectNATS() error {
+	n := r.cfg.NATS
+	opts := []nats.Option{
+		nats.Name(n.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.RetryOnFailedConnect(true), // NATS down at start: connect in the background, not a crash loop
+		nats.ReconnectBufSize(64 << 20),
+		nats.ConnectHandler(func(c *nats.Conn) {
+			r.m.NATSConnected.Set(1)
+			r.log.Info("connected to NATS", zap.String("url", c.ConnectedUrlRedacted()))
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			r.m.NATSConnected.Set(1)
+			r.log.Info("reconnected to NATS", zap.String("url", c.ConnectedUrlRedacted()))
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			r.m.NATSConnected.Set(0)
+			r.log.Warn("disconnected from NATS; publishes are held back until it returns", zap.Error(err))
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { r.m.NATSConnected.Set(0) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			r.log.Warn("NATS async error", zap.Error(err))
+		}),
+	}
+	if n.CredentialsFile != "" {
+		opts = append(opts, nats.UserCredentials(n.CredentialsFile))
+	}
+	if n.TokenFile != "" {
+		tok, err := os.ReadFile(n.TokenFile)
+		if err != nil {
+			return fmt.Errorf("relay: nats.tokenFile: %w", err)
+		}
+		opts = append(opts, nats.Token(strings.TrimSpace(string(tok))))
+	}
+	nc, err := nats.Connect(strings.Join(n.URLs(), ","), opts...)
+	if err != nil {
+		return fmt.Errorf("relay: nats.url: %w", err)
+	}
+	if nc.IsConnected() {
+		r.m.NATSConnected.Set(1)
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncTimeout(n.PublishTimeout.Duration()),
+		jetstream.WithPublishAsyncMaxPending(max(4096, n.MaxInFlight*(len(r.cfg.Sources)+1)*4)),
+	)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("relay: jetstream: %w", err)
+	}
+	r.nc, r.js = nc, js
+	return nil
+}
+
+// ensureStream creates or updates the stream when configured, retrying
+// until it succeeds (NATS may not be up yet).
+func (r *relay) ensureStream(ctx context.Context) {
+	s := r.cfg.NATS.Stream
+	if !s.Create {
+		return
+	}
+	storage := jetstream.FileStorage
+	if s.Storage == config.StorageMemory {
+		storage = jetstream.MemoryStorage
+	}
+	sc := jetstream.StreamConfig{
+		Name:       s.Name,
+		Subjects:   []string{r.cfg.StreamSubject()},
+		Storage:    storage,
+		Replicas:   s.Replicas,
+		Duplicates: s.DuplicateWindow.Duration(),
+		MaxAge:     s.MaxAge.Duration(),
+		MaxBytes:   s.MaxBytes,
+		Discard:    jetstream.DiscardNew, // a full stream stalls relayd; it never silently drops
+	}
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 30 * time.Second}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := r.js.CreateOrUpdateStream(cctx, sc)
+		cancel()
+		if err == nil {
+			r.log.Info("stream ready", zap.String("stream", s.Name), zap.Strings("subjects", sc.Subjects),
+				zap.Duration("duplicateWindow", sc.Duplicates))
+			return
+		}
+		r.log.Warn("cannot create or update the stream; retrying", zap.String("stream", s.Name), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// loadCheckpoints reads the checkpoint ConfigMap, retrying with backoff: a
+// missing or forbidden ConfigMap is logged with what to do and keeps relayd
+// unready, rather than crash-looping.
+func (r *relay) loadCheckpoints(ctx context.Context) {
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := r.store.Load(cctx)
+		cancel()
+		if err == nil {
+			r.checkpointsOK.Store(true)
+			go r.store.Run(ctx)
+			return
+		}
+		r.log.Error("cannot load checkpoints; sources wait", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// checkpointLoop keeps relayd_checkpoint_age_seconds current.
+func (r *relay) checkpointLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		oldest := map[string]time.Time{}
+		for _, w := range r.watches {
+			at := r.store.LastPersisted(w.key)
+			if at.IsZero() {
+				continue
+			}
+			if o, ok := oldest[w.src.Name]; !ok || at.Before(o) {
+				oldest[w.src.Name] = at
+			}
+		}
+		for name, at := range oldest {
+			r.m.CheckpointAge.WithLabelValues(name).Set(time.Since(at).Seconds())
+		}
+	}
+}
+
+// readinessLoop: ready when checkpoints are loaded, NATS is connected and
+// every watch was established at least once.
+func (r *relay) readinessLoop(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.ready.Store(r.notReadyReason() == "")
+	}
+}
+
+func (r *relay) notReadyReason() string {
+	if !r.checkpointsOK.Load() {
+		return "checkpoints not loaded"
+	}
+	if r.nc == nil || !r.nc.IsConnected() {
+		return "NATS not connected"
+	}
+	var waiting []string
+	for _, w := range r.watches {
+		if !w.established.Load() {
+			waiting = append(waiting, w.String())
+		}
+	}
+	if len(waiting) > 0 {
+		return "watches not yet established: " + strings.Join(waiting, ", ")
+	}
+	return ""
+}
+
+type httpServers struct{ servers []*http.Server }
+
+func (h *httpServers) shutdown(log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range h.servers {
+		if err := s.Shutdown(ctx); err != nil {
+			log.Warn("http shutdown", zap.Error(err))
+		}
+	}
+}
+
+func (r *relay) serveHTTP() (*httpServers, error) {
+	metricsMux, healthMux := http.NewServeMux(), http.NewServeMux()
+	metricsMux.Handle("/metrics", promhttp.HandlerFor(r.o.Registry, promhttp.HandlerOpts{Registry: r.o.Registry}))
+	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// Alive as long as the process serves HTTP; never tied to NATS or the apiserver.
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	healthMux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if r.ready.Load() {
+			_, _ = w.Write([]byte("ok\n"))
+			return
+		}
+		reason := r.notReadyReason()
+		if reason == "" {
+			reason = "shutting down"
+		}
+		http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
+	})
+	type bind struct {
+		addr string
+		mux  *http.ServeMux
+	}
+	var binds []bind
+	switch {
+	case r.o.MetricsAddr != "" && r.o.MetricsAddr == r.o.HealthAddr:
+		metricsMux.Handle("/", healthMux)
+		binds = append(binds, bind{r.o.MetricsAddr, metricsMux})
+	default:
+		if r.o.MetricsAddr != "" {
+			binds = append(binds, bind{r.o.MetricsAddr, metricsMux})
+		}
+		if r.o.HealthAddr != "" {
+			binds = append(binds, bind{r.o.HealthAddr, healthMux})
+		}
+	}
+	h := &httpServers{}
+	addrs := map[*http.ServeMux]string{}
+	for _, b := range binds {
+		l, err := net.Listen("tcp", b.addr)
+		if err != nil {
+			h.shutdown(r.log)
+			return nil, fmt.Errorf("relay: listen on %s: %w", b.addr, err)
+		}
+		s := &http.Server{Handler: b.mux, ReadHeaderTimeout: 10 * time.Second}
+		h.servers = append(h.servers, s)
+		addrs[b.mux] = l.Addr().String()
+		go func() {
+			if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				r.log.Error("http server stopped", zap.String("addr", b.addr), zap.Error(err))
+			}
+		}()
+	}
+	if r.o.Ready != nil {
+		ma, ha := addrs[metricsMux], addrs[healthMux]
+		if ha == "" {
+			ha = ma
+		}
+		r.o.Ready(ma, ha)
+	}
+	return h, nil
+}
+
+// checkpointMetrics adapts Metrics to checkpoint.Metrics.
+type checkpointMetrics struct{ m *metrics.Metrics }
+
+func (c checkpointMetrics) CheckpointWrite(err error) {
+	if err != nil {
+		c.m.CheckpointErrors.Inc()
+		return
+	}
+	c.m.CheckpointWrites.Inc()
+}
+
+func (c checkpointMetrics) CheckpointPersisted(string, time.Time) {}

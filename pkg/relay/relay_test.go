@@ -1,0 +1,173 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+var widgetGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+
+// installWidgetCRD installs widgets.example.com once (cluster-scoped object,
+// shared by tests) and waits until it is served.
+func installWidgetCRD(t *testing.T, f *fixture) dynamic.Interface {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(f.env.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "widgets.example.com"},
+		"spec": map[string]any{
+			"group": "example.com", "scope": "Namespaced",
+			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+			"versions": []any{map[string]any{
+				"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+			}},
+		},
+	}
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	_, err = dyn.Resource(crdGVR).Create(t.Context(), &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{})
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "CRD served", func() error {
+		_, err := dyn.Resource(widgetGVR).Namespace("default").List(t.Context(), metav1.ListOptions{})
+		return err
+	})
+	return dyn
+}
+
+func widget(ns, name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     spec,
+	}}
+}
+
+func TestEveryEventTypeForBuiltinAndCRD(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+  - name: widgets
+    apiVersion: example.com/v1
+    kind: Widget
+    namespaces: [$NS]`)
+	dyn := installWidgetCRD(t, f)
+	ctx := t.Context()
+
+	// Exists before relayd starts: published with origin "initial".
+	pre := f.createCM("pre", nil, map[string]string{"a": "1"})
+	r := f.start(nil, true)
+
+	cm := f.createCM("live", nil, map[string]string{"a": "1"})
+	cm = f.updateCM(cm, "a", "2")
+	f.deleteCM("live")
+
+	w, err := dyn.Resource(widgetGVR).Namespace(f.ns).Create(ctx, widget(f.ns, "w1", map[string]any{"size": 1}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Object["spec"] = map[string]any{"size": 2}
+	w2, err := dyn.Resource(widgetGVR).Namespace(f.ns).Update(ctx, w, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dyn.Resource(widgetGVR).Namespace(f.ns).Delete(ctx, "w1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	got := f.waitStored(30*time.Second,
+		isSync("started"), isSync("completed"),
+		isEvent("added", "pre", pre.ResourceVersion),
+		isEvent("added", "live", ""), isEvent("modified", "live", cm.ResourceVersion), isEvent("deleted", "live", ""),
+		isEvent("added", "w1", w.GetResourceVersion()), isEvent("modified", "w1", w2.GetResourceVersion()), isEvent("deleted", "w1", ""),
+	)
+
+	for _, m := range got {
+		e := m.Env
+		if e.SpecVersion != "1.0" || !strings.HasPrefix(e.Source, "/relayd/"+f.cluster+"/") {
+			t.Errorf("bad envelope: %+v", e)
+		}
+		if !strings.Contains(e.Type, ".object.") {
+			continue
+		}
+		wantID := e.K8sUID + "/" + e.K8sResourceVersion
+		if strings.HasSuffix(e.Type, ".deleted") {
+			wantID += "/deleted"
+		}
+		if e.ID != wantID || m.MsgID != e.RelaydSource+"/"+wantID {
+			t.Errorf("%s: id %q msgid %q, want %q", m.Subject, e.ID, m.MsgID, wantID)
+		}
+		wantOrigin := "watch"
+		if e.K8sName == "pre" {
+			wantOrigin = "initial"
+		}
+		if e.RelaydOrigin != wantOrigin {
+			t.Errorf("%s: origin %q, want %q", m.Subject, e.RelaydOrigin, wantOrigin)
+		}
+		typ := e.Type[strings.LastIndex(e.Type, ".")+1:]
+		switch e.K8sKind {
+		case "ConfigMap":
+			want := fmt.Sprintf("k8s.%s.core.v1.configmaps.%s.%s.%s", f.cluster, f.ns, e.K8sName, typ)
+			if m.Subject != want || e.Subject != fmt.Sprintf("/api/v1/namespaces/%s/configmaps/%s", f.ns, e.K8sName) {
+				t.Errorf("subject %q / %q, want %q", m.Subject, e.Subject, want)
+			}
+		case "Widget":
+			want := fmt.Sprintf("k8s.%s.example%%2Ecom.v1.widgets.%s.%s.%s", f.cluster, f.ns, e.K8sName, typ)
+			if m.Subject != want || e.Subject != fmt.Sprintf("/apis/example.com/v1/namespaces/%s/widgets/%s", f.ns, e.K8sName) {
+				t.Errorf("subject %q / %q, want %q", m.Subject, e.Subject, want)
+			}
+		}
+		// Full payload: the object without managedFields.
+		var obj map[string]any
+		if err := json.Unmarshal(e.Data, &obj); err != nil {
+			t.Fatalf("data: %v", err)
+		}
+		md := obj["metadata"].(map[string]any)
+		if _, has := md["managedFields"]; has {
+			t.Errorf("%s: managedFields not stripped", m.Subject)
+		}
+		if md["resourceVersion"] != e.K8sResourceVersion {
+			t.Errorf("%s: data rv %v != %s", m.Subject, md["resourceVersion"], e.K8sResourceVersion)
+		}
+	}
+	// Per-object order on the stream: added < modified < deleted.
+	for _, name := range []string{"live", "w1"} {
+		var seq []string
+		for _, m := range got {
+			if m.Env.K8sName == name {
+				seq = append(seq, m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:])
+			}
+		}
+		if strings.Join(seq, ",") != "added,modified,deleted" {
+			t.Errorf("%s: order %v", name, seq)
+		}
+	}
+	if v := metricValue(t, r.reg, "relayd_events_total", map[string]string{"source": "cms", "type": "deleted", "origin": "watch"}); v != 1 {
+		t.Errorf("relayd_events_total{cms,deleted,watch} = %v, want 1", v)
+	}
+
+	// The checkpoint reaches the last acked position of each watch.
+	f.eventually(10*time.Second, "checkpoint written", func() error {
+		cps := f.checkpoints()
+		if cps["cms."+f.ns].ResourceVersion == "" || cps["widgets."+f.ns].ResourceVersion == "" {
+			return fmt.Errorf("checkpoints %v", cps)
+		}
+		return nil
+	})
+	_ = context.Background
+}

@@ -1,0 +1,73 @@
+package relay
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/event"
+)
+
+// resolve turns a source's apiVersion+kind or group/version/resource into
+// a served, watchable resource, using discovery for that group/version only.
+func resolve(disco discovery.DiscoveryInterface, src *config.Source) (event.Resource, error) {
+	group, version := src.GroupVersion()
+	gv := schema.GroupVersion{Group: group, Version: version}.String()
+	list, err := disco.ServerResourcesForGroupVersion(gv)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return event.Resource{}, fmt.Errorf("apiVersion %s is not served by the apiserver (is its CRD or API service installed?)", gv)
+		}
+		return event.Resource{}, fmt.Errorf("discovery of %s: %w", gv, err)
+	}
+	var matches []metav1.APIResource
+	var served []string
+	for _, r := range list.APIResources {
+		if strings.Contains(r.Name, "/") { // subresource
+			continue
+		}
+		if src.Resource != nil {
+			if r.Name == src.Resource.Resource {
+				matches = append(matches, r)
+			}
+			served = append(served, r.Name)
+		} else {
+			if r.Kind == src.Kind {
+				matches = append(matches, r)
+			}
+			served = append(served, r.Kind)
+		}
+	}
+	sort.Strings(served)
+	served = slices.Compact(served)
+	what := "kind " + src.Kind
+	if src.Resource != nil {
+		what = "resource " + src.Resource.Resource
+	}
+	switch len(matches) {
+	case 0:
+		return event.Resource{}, fmt.Errorf("%s is not served in %s (served: %s)", what, gv, strings.Join(served, ", "))
+	case 1:
+	default:
+		names := make([]string, len(matches))
+		for i, m := range matches {
+			names[i] = m.Name
+		}
+		return event.Resource{}, fmt.Errorf("%s is ambiguous in %s (resources %s): name the resource with group/version/resource", what, gv, strings.Join(names, ", "))
+	}
+	r := matches[0]
+	if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") {
+		return event.Resource{}, fmt.Errorf("%s in %s cannot be watched (verbs: %s)", what, gv, strings.Join(r.Verbs, ", "))
+	}
+	if !r.Namespaced && len(src.Namespaces) > 0 {
+		return event.Resource{}, fmt.Errorf("%s in %s is cluster-scoped, but namespaces are set", what, gv)
+	}
+	return event.Resource{Group: group, Version: version, Resource: r.Name, Kind: r.Kind, Namespaced: r.Namespaced}, nil
+}

@@ -1,0 +1,296 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/relayd/relayd/pkg/checkpoint"
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/metrics"
+	"github.com/relayd/relayd/pkg/sink"
+	"github.com/relayd/relayd/pkg/source"
+)
+
+// watch is one (source, namespace): one Watcher, one pipeline, one
+// checkpoint key.
+type watch struct {
+	src       *config.Source
+	namespace string
+	key       string
+	log       *zap.Logger
+	pipe      *sink.Pipeline
+
+	resource    event.Resource
+	resolved    bool
+	watcher     *source.Watcher
+	enc         *event.Encoder
+	filter      map[event.Type]bool
+	tracked     int64 // objects known to this watch (for relayd_tracked_objects)
+	established atomic.Bool
+	up          atomic.Bool
+}
+
+func (w *watch) String() string {
+	if w.namespace == "" {
+		return w.src.Name
+	}
+	return w.src.Name + "/" + w.namespace
+}
+
+func (r *relay) buildWatches() {
+	for i := range r.cfg.Sources {
+		src := &r.cfg.Sources[i]
+		r.m.InitSource(src.Name)
+		r.m.SourceLeader.WithLabelValues(src.Name).Set(1) // single replica: runs every source
+		namespaces := src.Namespaces
+		if len(namespaces) == 0 {
+			namespaces = []string{""}
+		}
+		filter := map[event.Type]bool{}
+		for _, t := range []config.EventType{config.EventAdded, config.EventModified, config.EventDeleted} {
+			filter[event.Type(t)] = src.Publishes(t)
+		}
+		for _, ns := range namespaces {
+			w := &watch{src: src, namespace: ns, key: checkpoint.Key(src.Name, ns), filter: filter}
+			w.log = r.log.With(zap.String("source", src.Name), zap.String("namespace", ns))
+			w.pipe = r.sink.NewPipeline(src.Name, func(a sink.Advance) {
+				r.store.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch}, a.BookmarkOnly)
+			})
+			r.watches = append(r.watches, w)
+		}
+	}
+}
+
+// supervise runs one watch until ctx ends: it restarts it with backoff
+// after any error and recovers panics, so one bad source never stops the
+// others.
+func (r *relay) supervise(ctx context.Context, w *watch) {
+	b := r.cfg.Watch.RelistBackoff
+	backoff := wait.Backoff{Duration: b.Initial.Duration(), Factor: b.Factor, Jitter: b.JitterFraction(), Steps: 1 << 30, Cap: b.Max.Duration()}
+	for {
+		t0 := time.Now()
+		err := r.runOnce(ctx, w)
+		if ctx.Err() != nil {
+			return
+		}
+		r.setUp(w, false)
+		if time.Since(t0) > 5*time.Minute {
+			backoff = wait.Backoff{Duration: b.Initial.Duration(), Factor: b.Factor, Jitter: b.JitterFraction(), Steps: 1 << 30, Cap: b.Max.Duration()}
+		}
+		d := backoff.Step()
+		w.log.Error("source stopped; restarting", zap.Error(err), zap.Duration("in", d))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+var errPanic = errors.New("panic")
+
+// runOnce resolves the resource (if needed), waits for checkpoints and
+// NATS, and runs the watcher. A panic is recovered and returned as an error.
+func (r *relay) runOnce(ctx context.Context, w *watch) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.m.SourcePanics.WithLabelValues(w.src.Name).Inc()
+			r.m.WatchRestarts.WithLabelValues(w.src.Name, metrics.ReasonPanic).Inc()
+			w.log.Error("panic in source (recovered)", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+			// Start over from the acknowledged position: anything after it is
+			// re-read and deduplicated by its Nats-Msg-Id.
+			w.watcher = nil
+			err = fmt.Errorf("%w: %v", errPanic, p)
+		}
+	}()
+	for !r.checkpointsOK.Load() || !r.nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if !w.resolved {
+		res, err := resolve(r.disco, w.src)
+		if err != nil {
+			r.m.WatchRestarts.WithLabelValues(w.src.Name, metrics.ReasonResolve).Inc()
+			return fmt.Errorf("source %q: %w", w.src.Name, err)
+		}
+		w.resource, w.resolved = res, true
+	}
+	if w.enc == nil {
+		enc, err := event.NewEncoder(event.EncoderOptions{
+			Prefix: r.cfg.Prefix, Cluster: r.cfg.Cluster, Source: w.src.Name,
+			Binary:     r.cfg.CloudEvents.Mode == config.ModeBinary,
+			MaxPayload: int(r.nc.MaxPayload()),
+		})
+		if err != nil {
+			return fmt.Errorf("source %q: %w", w.src.Name, err)
+		}
+		w.enc = enc
+	}
+	if w.watcher == nil {
+		client, err := r.restClient(w.resource)
+		if err != nil {
+			return fmt.Errorf("source %q: %w", w.src.Name, err)
+		}
+		wt, err := source.New(source.Options{
+			Client: client, Resource: w.resource, Source: w.src.Name, Namespace: w.namespace,
+			LabelSelector: w.src.LabelSelector, FieldSelector: w.src.FieldSelector,
+			Timeout: r.cfg.Watch.Timeout.Duration(), IdleTimeout: r.cfg.Watch.IdleTimeout.Duration(),
+			PageSize: int64(r.cfg.Watch.PageSize),
+			Backoff: wait.Backoff{
+				Duration: r.cfg.Watch.RelistBackoff.Initial.Duration(), Factor: r.cfg.Watch.RelistBackoff.Factor,
+				Jitter: r.cfg.Watch.RelistBackoff.JitterFraction(), Steps: 1 << 30, Cap: r.cfg.Watch.RelistBackoff.Max.Duration(),
+			},
+			Logger: r.log.Named("source"), Metrics: r.m,
+			OnState: func(up bool) { r.setUp(w, up) },
+		})
+		if err != nil {
+			return err
+		}
+		w.watcher = wt
+	}
+	st := source.Start{Snapshot: w.src.Initial != config.InitialNone}
+	// The acked watermark wins over the stored checkpoint (it is never
+	// behind it) when a watcher is rebuilt after a panic.
+	if rv, ep := w.pipe.Watermark(); rv != "" {
+		st.ResourceVersion, st.Epoch = rv, ep
+	} else if pos, ok := r.store.Get(w.key); ok {
+		st.ResourceVersion, st.Epoch = pos.ResourceVersion, pos.Epoch
+	}
+	err = w.watcher.Run(ctx, st, func(ctx context.Context, it *source.Item) error { return r.handle(ctx, w, it) })
+	if err != nil && !errors.Is(err, context.Canceled) {
+		// Not found may mean a deleted CRD: resolve again next time.
+		w.resolved = false
+		w.enc = nil
+		w.watcher = nil
+	}
+	return err
+}
+
+func (r *relay) restClient(res event.Resource) (rest.Interface, error) {
+	cfg := rest.CopyConfig(r.o.RestConfig)
+	cfg.GroupVersion = &schema.GroupVersion{Group: res.Group, Version: res.Version}
+	cfg.APIPath = "/apis"
+	if res.Group == "" {
+		cfg.APIPath = "/api"
+	}
+	cfg.ContentType = "application/json"
+	cfg.AcceptContentTypes = "application/json"
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "relayd"
+	}
+	return rest.RESTClientForConfigAndClient(cfg, r.httpc)
+}
+
+func (r *relay) setUp(w *watch, up bool) {
+	if up {
+		w.established.Store(true)
+	}
+	w.up.Store(up)
+	all := 1.0
+	for _, o := range r.watches {
+		if o.src == w.src && !o.up.Load() {
+			all = 0
+		}
+	}
+	r.m.SourceUp.WithLabelValues(w.src.Name).Set(all)
+}
+
+// isSelf reports the checkpoint ConfigMap itself: relayd must not feed on
+// its own writes.
+func (r *relay) isSelf(w *watch, m *event.Meta) bool {
+	return w.resource.Group == "" && w.resource.Resource == "configmaps" &&
+		m.Namespace == r.cfg.Checkpoint.Namespace && m.Name == r.cfg.Checkpoint.Name
+}
+
+// handle turns one source item into a pipeline entry.
+func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
+	switch it.Kind {
+	case source.ItemObject:
+		meta := &it.Object.Meta
+		if r.isSelf(w, meta) {
+			// Not even a position move: see checkpoint's package doc.
+			return nil
+		}
+		r.track(w, it)
+		if !w.filter[it.Type] {
+			r.m.EventsFiltered.WithLabelValues(w.src.Name).Inc()
+			return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+		}
+		data := it.Object.AppendPayload(nil, event.PayloadMode(w.src.Payload), w.src.KeepManagedFields)
+		msg, err := w.enc.Encode(&event.Change{
+			Type: it.Type, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
+			Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.src.Payload), Data: data,
+		})
+		if err != nil {
+			// Only an object whose bare reference exceeds the NATS max payload
+			// gets here. It is reported loudly and counted; the position moves
+			// on so one such object cannot wedge the source.
+			r.m.PublishErrors.WithLabelValues(w.src.Name, "unencodable").Inc()
+			w.log.Error("event cannot be encoded; NOT published", zap.String("object", meta.Namespace+"/"+meta.Name),
+				zap.String("uid", meta.UID), zap.String("resourceVersion", meta.ResourceVersion), zap.Error(err))
+			return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+		}
+		if isOversize(&msg) {
+			r.m.Oversize.WithLabelValues(w.src.Name).Inc()
+			w.log.Warn("object exceeds the NATS max payload; sent as a reference", zap.String("object", meta.Namespace+"/"+meta.Name),
+				zap.Int("bytes", len(it.Object.Raw)))
+		}
+		return w.pipe.Submit(ctx, sink.Entry{
+			Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ObjectKey: meta.UID,
+			ReadAt: it.ReadAt, Type: it.Type, Origin: it.Origin,
+		})
+	case source.ItemBookmark:
+		return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, Bookmark: true})
+	case source.ItemSyncStarted, source.ItemSyncCompleted:
+		marker := "started"
+		if it.Kind == source.ItemSyncStarted {
+			r.m.TrackedObjects.WithLabelValues(w.src.Name).Sub(float64(w.tracked))
+			w.tracked = 0
+		} else {
+			marker = "completed"
+		}
+		r.m.ResyncMarkers.WithLabelValues(w.src.Name, marker).Inc()
+		msg := w.enc.Control(it.Sync)
+		return w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt})
+	}
+	return fmt.Errorf("unknown item kind %d", it.Kind)
+}
+
+func (r *relay) track(w *watch, it *source.Item) {
+	d := int64(0)
+	switch it.Type {
+	case event.Added:
+		d = 1
+	case event.Deleted:
+		d = -1
+	}
+	if d != 0 {
+		w.tracked += d
+		r.m.TrackedObjects.WithLabelValues(w.src.Name).Add(float64(d))
+	}
+}
+
+// isOversize reports a message downgraded to a reference payload.
+// TODO(relay): replace with a field on event.Message.
+func isOversize(m *event.Message) bool {
+	if len(m.Header["ce-relaydoversize"]) > 0 {
+		return true
+	}
+	return bytes.Contains(m.Data, []byte(`"relaydoversize":true`))
+}

@@ -1,0 +1,367 @@
+// Package sink publishes relayd's events to NATS JetStream.
+//
+// Each watch gets a Pipeline: a bounded window of asynchronous publishes
+// whose PubAcks are consumed in submission order. The pipeline's watermark
+// is the position of the newest entry such that it and every earlier entry
+// were acknowledged (or needed no publish: bookmarks, filtered events); it
+// is reported through OnAdvance and is what the checkpoint may store.
+//
+// Nothing is dropped: a failed publish (timeout, NATS down, stream full with
+// discard-new, no stream) is retried with backoff, with the same Nats-Msg-Id
+// so that JetStream drops any copy that did land. While it is retried the
+// window stays full and Publish blocks, so the watch stops being read:
+// backpressure, not loss.
+//
+// Per-object order: at most one message per object (uid) is in flight in a
+// pipeline. Messages from one connection are stored in the order sent, but a
+// retried message could otherwise land after a newer version of the same
+// object; the gate makes that impossible.
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/metrics"
+)
+
+// Options configures a Sink.
+type Options struct {
+	JetStream   jetstream.JetStream // required
+	Logger      *zap.Logger         // required
+	Metrics     *metrics.Metrics    // required
+	MaxInFlight int                 // per pipeline; default 256
+	// RetryBackoff paces retries of a failed publish; default 100ms doubling to 10s, jittered.
+	RetryBackoff wait.Backoff
+}
+
+// Sink creates pipelines that share one JetStream context.
+type Sink struct {
+	o Options
+}
+
+// New validates o and returns a Sink.
+func New(o Options) (*Sink, error) {
+	switch {
+	case o.JetStream == nil:
+		return nil, errors.New("sink: Options.JetStream is required")
+	case o.Logger == nil:
+		return nil, errors.New("sink: Options.Logger is required")
+	case o.Metrics == nil:
+		return nil, errors.New("sink: Options.Metrics is required")
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 256
+	}
+	if o.RetryBackoff.Duration == 0 {
+		o.RetryBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
+	}
+	return &Sink{o: o}, nil
+}
+
+// Advance is a new watermark: the checkpointable position of a pipeline.
+type Advance struct {
+	ResourceVersion string
+	Epoch           uint64
+	// BookmarkOnly is true when nothing but bookmarks (or other publish-free
+	// entries) moved the watermark since the previous Advance.
+	BookmarkOnly bool
+}
+
+// Entry is one unit submitted to a pipeline, in watch order.
+type Entry struct {
+	// Msg is the message to publish; nil for entries that only move the
+	// position (bookmarks, filtered events).
+	Msg *event.Message
+	// ResourceVersion is the position reached once this entry and all before
+	// it are done; "" for entries that must not move the checkpoint (items of
+	// a list, whose order is not resourceVersion order).
+	ResourceVersion string
+	Epoch           uint64
+	// ObjectKey gates per-object order (the uid); "" for control events.
+	ObjectKey string
+	// ReadAt is when the event was read off the watch (for the lag metric).
+	ReadAt time.Time
+	// For the events metric.
+	Type   event.Type
+	Origin event.Origin
+	// Bookmark marks an entry that is a bookmark.
+	Bookmark bool
+}
+
+type pending struct {
+	e      Entry
+	future jetstream.PubAckFuture // nil if the first publish failed synchronously
+	done   chan struct{}          // closed when acked (releases the object gate)
+}
+
+// Pipeline is the publish window of one watch. Submit is called from the
+// watch goroutine only; the pipeline's own goroutine consumes acks.
+type Pipeline struct {
+	s         *Sink
+	source    string
+	log       *zap.Logger
+	onAdvance func(Advance)
+	slots     chan struct{} // window: one token per entry not yet done
+	queue     chan *pending // entries in submission order; never blocks (cap == window)
+
+	mu       sync.Mutex
+	inflight map[string]chan struct{} // object key -> done of its in-flight message
+	lastRV   string
+	lastEp   uint64
+	unacked  int // published, not yet acked (for the in-flight gauge on Close)
+
+	stopped chan struct{}
+	cancel  context.CancelFunc
+}
+
+// NewPipeline starts a pipeline for one watch of source. onAdvance is called
+// from the pipeline's goroutine, in order, with each new watermark. Close
+// stops it.
+func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pipeline{
+		s: s, source: source, onAdvance: onAdvance,
+		log:      s.o.Logger.With(zap.String("source", source)),
+		slots:    make(chan struct{}, s.o.MaxInFlight),
+		queue:    make(chan *pending, s.o.MaxInFlight),
+		inflight: map[string]chan struct{}{},
+		stopped:  make(chan struct{}),
+		cancel:   cancel,
+	}
+	go p.run(ctx)
+	return p
+}
+
+// Submit adds e to the window. It blocks while the window is full or while
+// an earlier message for the same object is unacknowledged, and returns
+// only ctx's error. An entry with a message is published before Submit
+// returns; its ack is awaited by the pipeline.
+func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
+	pe := &pending{e: e}
+	if e.Msg != nil && e.ObjectKey != "" {
+		if err := p.waitObject(ctx, e.ObjectKey); err != nil {
+			return err
+		}
+	}
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if e.Msg != nil {
+		pe.done = make(chan struct{})
+		if e.ObjectKey != "" {
+			p.mu.Lock()
+			p.inflight[e.ObjectKey] = pe.done
+			p.mu.Unlock()
+		}
+		p.mu.Lock()
+		p.unacked++
+		p.mu.Unlock()
+		p.s.o.Metrics.InFlight.WithLabelValues(p.source).Inc()
+		f, err := p.publish(e.Msg)
+		if err != nil {
+			// E.g. disconnected with a full reconnect buffer: the pipeline
+			// goroutine retries it in order.
+			p.countError(err)
+		}
+		pe.future = f
+	}
+	p.queue <- pe // cannot block: at most cap(slots) entries are queued
+	return nil
+}
+
+func (p *Pipeline) waitObject(ctx context.Context, key string) error {
+	for {
+		p.mu.Lock()
+		ch, busy := p.inflight[key]
+		p.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (p *Pipeline) release(pe *pending) {
+	if pe.done == nil {
+		return
+	}
+	p.mu.Lock()
+	if pe.e.ObjectKey != "" && p.inflight[pe.e.ObjectKey] == pe.done {
+		delete(p.inflight, pe.e.ObjectKey)
+	}
+	p.mu.Unlock()
+	close(pe.done)
+}
+
+func (p *Pipeline) publish(m *event.Message) (jetstream.PubAckFuture, error) {
+	msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header(m.Header)}
+	return p.s.o.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(m.MsgID))
+}
+
+func (p *Pipeline) countError(err error) {
+	p.s.o.Metrics.PublishErrors.WithLabelValues(p.source, errorReason(err)).Inc()
+}
+
+// errorReason maps publish errors to a small fixed label set.
+func errorReason(err error) string {
+	switch {
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return "timeout"
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return "no-stream"
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrReconnectBufExceeded):
+		return "disconnected"
+	case errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+		return "stalled"
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		if strings.Contains(apiErr.Description, "maximum") {
+			return "stream-full"
+		}
+		return "rejected"
+	}
+	return "error"
+}
+
+// run consumes entries in order: waits for each ack (retrying failures),
+// then advances the watermark and frees the slot.
+func (p *Pipeline) run(ctx context.Context) {
+	defer close(p.stopped)
+	bookmarkOnly := true
+	for {
+		var pe *pending
+		select {
+		case pe = <-p.queue:
+		case <-ctx.Done():
+			return
+		}
+		if pe.e.Msg != nil {
+			if !p.await(ctx, pe) {
+				return
+			}
+			bookmarkOnly = false
+		} else if !pe.e.Bookmark {
+			bookmarkOnly = false
+		}
+		p.mu.Lock()
+		advance := pe.e.ResourceVersion != "" && (pe.e.ResourceVersion != p.lastRV || pe.e.Epoch != p.lastEp)
+		if advance {
+			p.lastRV, p.lastEp = pe.e.ResourceVersion, pe.e.Epoch
+		}
+		p.mu.Unlock()
+		if advance && p.onAdvance != nil {
+			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly})
+			bookmarkOnly = true
+		}
+		<-p.slots
+	}
+}
+
+// await waits for pe's PubAck, republishing (same Msg-Id) with backoff until
+// one arrives. It returns false only when the pipeline is closed.
+func (p *Pipeline) await(ctx context.Context, pe *pending) bool {
+	backoff := p.s.o.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		var err error
+		if pe.future != nil {
+			select {
+			case ack := <-pe.future.Ok():
+				m := p.s.o.Metrics
+				m.InFlight.WithLabelValues(p.source).Dec()
+				p.mu.Lock()
+				p.unacked--
+				p.mu.Unlock()
+				if ack.Duplicate {
+					m.Duplicates.WithLabelValues(p.source).Inc()
+				}
+				m.Events.WithLabelValues(p.source, string(pe.e.Type), string(pe.e.Origin)).Inc()
+				if !pe.e.ReadAt.IsZero() {
+					m.Lag.WithLabelValues(p.source).Observe(time.Since(pe.e.ReadAt).Seconds())
+				}
+				p.release(pe)
+				if attempt > 0 {
+					p.log.Info("publish recovered", zap.String("msgId", pe.e.Msg.MsgID), zap.Int("attempts", attempt+1))
+				}
+				return true
+			case err = <-pe.future.Err():
+				p.countError(err)
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if err != nil && (attempt == 0 || attempt%20 == 0) {
+			p.log.Warn("publish failed; retrying (the watch is paused meanwhile)",
+				zap.String("subject", pe.e.Msg.Subject), zap.String("msgId", pe.e.Msg.MsgID),
+				zap.Int("attempt", attempt+1), zap.Error(err))
+		}
+		select {
+		case <-time.After(backoff.Step()):
+		case <-ctx.Done():
+			return false
+		}
+		f, perr := p.publish(pe.e.Msg)
+		if perr != nil {
+			p.countError(perr)
+		}
+		pe.future = f
+	}
+}
+
+// Watermark is the newest acknowledged position.
+func (p *Pipeline) Watermark() (rv string, epoch uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastRV, p.lastEp
+}
+
+// Drain waits until every submitted entry is done (acked) or ctx ends.
+// Submit must not be called concurrently.
+func (p *Pipeline) Drain(ctx context.Context) error {
+	// Fill every slot: possible only once the pipeline freed them all.
+	for i := 0; i < cap(p.slots); i++ {
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			for ; i > 0; i-- {
+				<-p.slots
+			}
+			return fmt.Errorf("drain %s: %d publishes still unacknowledged: %w", p.source, len(p.queue), ctx.Err())
+		}
+	}
+	for i := 0; i < cap(p.slots); i++ {
+		<-p.slots
+	}
+	return nil
+}
+
+// Close stops the pipeline goroutine; unacknowledged entries are abandoned
+// (they were never checkpointed, so a restart replays them).
+func (p *Pipeline) Close() {
+	p.cancel()
+	<-p.stopped
+	p.mu.Lock()
+	n := p.unacked
+	p.unacked = 0
+	p.mu.Unlock()
+	if n > 0 {
+		p.s.o.Metrics.InFlight.WithLabelValues(p.source).Sub(float64(n))
+	}
+}

@@ -1,0 +1,576 @@
+// Package source reads one Kubernetes collection (a resource in one
+// namespace, or in all namespaces, or cluster-scoped) as an ordered stream of
+// items: object changes, bookmarks and sync markers around lists.
+//
+// It speaks the list/watch protocol directly through client-go's REST client
+// (so auth, TLS and the rest of *rest.Config apply) and keeps every object as
+// the raw JSON bytes of its watch frame: nothing is decoded into maps or
+// typed structs. It does not use informers or workqueues, which coalesce
+// changes.
+//
+// Protocol decisions (compare client-go's reflector):
+//   - Watches set allowWatchBookmarks=true and timeoutSeconds; a client-side
+//     idle timer aborts a watch that delivers no frame for IdleTimeout, so a
+//     silent network partition cannot hang it.
+//   - A list (first start without a checkpoint, or recovery from 410) uses
+//     the streaming list (sendInitialEvents=true,
+//     resourceVersionMatch=NotOlderThan, resourceVersion="") which is a
+//     consistent snapshot followed by the watch on the same connection;
+//     servers that refuse it get a paginated LIST at a consistent
+//     resourceVersion followed by a watch from there.
+//   - A watch that ends (server timeout, apiserver restart) resumes from the
+//     last resourceVersion read. 410 Expired triggers a relist; repeated
+//     failures back off exponentially with jitter.
+//   - resourceVersions are opaque strings: only compared for equality.
+package source
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/metrics"
+)
+
+// ItemKind says what an Item carries.
+type ItemKind int
+
+// Item kinds.
+const (
+	ItemObject        ItemKind = iota // an object change (watch) or a listed object
+	ItemBookmark                      // progress without a change
+	ItemSyncStarted                   // a list begins
+	ItemSyncCompleted                 // a list ended; the watch continues from Sync.ToResourceVersion
+)
+
+// Item is one step of the stream, delivered to the Handler in order.
+type Item struct {
+	Kind   ItemKind
+	Type   event.Type   // ItemObject
+	Origin event.Origin // ItemObject
+	// Object aliases the read buffer: it is valid only during the Handler call.
+	Object event.Object
+	// ResourceVersion is the position reached after this item; "" for items
+	// inside a list (list order is not resourceVersion order, so they must
+	// not move a checkpoint).
+	ResourceVersion string
+	Epoch           uint64
+	Sync            event.SyncEvent // ItemSyncStarted / ItemSyncCompleted
+	ReadAt          time.Time
+}
+
+// Handler consumes items. It may block (backpressure); the watcher stops
+// reading meanwhile. An error stops Run and is returned by it.
+type Handler func(ctx context.Context, it *Item) error
+
+// Start is where a watcher begins.
+type Start struct {
+	// ResourceVersion from the checkpoint; "" if there is none.
+	ResourceVersion string
+	Epoch           uint64
+	// Snapshot: without a checkpoint, list every existing object first
+	// (origin initial). Otherwise start from the current state.
+	Snapshot bool
+}
+
+// Options configures a Watcher.
+type Options struct {
+	Client        rest.Interface // REST client for the resource's group/version, JSON
+	Resource      event.Resource
+	Source        string // source name, for logs and metrics
+	Namespace     string // "" = all namespaces or cluster-scoped
+	LabelSelector string
+	FieldSelector string
+	Timeout       time.Duration // server-side timeoutSeconds per watch; default 5m
+	IdleTimeout   time.Duration // client-side; default Timeout+30s
+	PageSize      int64         // paginated list fallback; default 500
+	Backoff       wait.Backoff  // between failed attempts; default 1s..5m, x2, jitter 0.5
+	Logger        *zap.Logger
+	Metrics       *metrics.Metrics
+	// OnState is told when the watch is established (true) or lost (false).
+	OnState func(up bool)
+}
+
+// Watcher reads one collection. Run may be called again after it returned
+// an error; it resumes from where it stopped.
+type Watcher struct {
+	o   Options
+	log *zap.Logger
+
+	mu       sync.Mutex
+	rv       string // last resourceVersion read ("" before the first list/watch)
+	epoch    uint64
+	listing  *listPlan // a list is due before watching
+	noStream bool      // the server refused the streaming list; use LIST pages
+	started  bool
+}
+
+type listPlan struct {
+	origin event.Origin
+	reason string
+}
+
+// Permanent errors are returned by Run for the supervisor to handle.
+var (
+	errIdle = errors.New("no watch frame within the idle timeout")
+)
+
+// New returns a Watcher.
+func New(o Options) (*Watcher, error) {
+	switch {
+	case o.Client == nil:
+		return nil, errors.New("source: Options.Client is required")
+	case o.Logger == nil:
+		return nil, errors.New("source: Options.Logger is required")
+	case o.Metrics == nil:
+		return nil, errors.New("source: Options.Metrics is required")
+	case o.Resource.Resource == "" || o.Resource.Version == "":
+		return nil, errors.New("source: Options.Resource is required")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Minute
+	}
+	if o.IdleTimeout <= o.Timeout {
+		o.IdleTimeout = o.Timeout + 30*time.Second
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 500
+	}
+	if o.Backoff.Duration == 0 {
+		o.Backoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 5 * time.Minute}
+	}
+	if o.OnState == nil {
+		o.OnState = func(bool) {}
+	}
+	return &Watcher{o: o, log: o.Logger.With(zap.String("source", o.Source), zap.String("namespace", o.Namespace))}, nil
+}
+
+// Position is the last resourceVersion read and the current epoch.
+func (w *Watcher) Position() (string, uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rv, w.epoch
+}
+
+// Run reads the collection until ctx ends or a permanent error (forbidden,
+// not found) occurs, delivering items to h. Transient errors are retried
+// inside with backoff. The first call uses st; later calls resume.
+func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
+	w.mu.Lock()
+	if !w.started {
+		w.started = true
+		w.rv, w.epoch = st.ResourceVersion, st.Epoch
+		if w.rv == "" && st.Snapshot {
+			w.listing = &listPlan{origin: event.OriginInitial, reason: metrics.ReasonInitial}
+		}
+	}
+	w.mu.Unlock()
+	defer w.o.OnState(false)
+
+	backoff := w.o.Backoff
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if w.rv == "" && w.listing == nil {
+			// initial: none — start from the current state without listing.
+			rv, err := w.currentRV(ctx)
+			if err != nil {
+				if perm := permanent(err); perm != "" {
+					w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, perm).Inc()
+					return w.describe(err)
+				}
+				w.log.Warn("cannot read the current resourceVersion; retrying", zap.Error(err))
+				if !sleep(ctx, backoff.Step()) {
+					return ctx.Err()
+				}
+				continue
+			}
+			w.setRV(rv)
+		}
+		t0 := time.Now()
+		var err error
+		if w.listing != nil && w.noStream {
+			err = w.listPages(ctx, h)
+			if err == nil {
+				err = w.watch(ctx, h, false)
+			}
+		} else {
+			err = w.watch(ctx, h, w.listing != nil)
+		}
+		reason := metrics.ReasonTimeout
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err == nil:
+			// The server ended the watch (timeoutSeconds): resume at once.
+		case errors.Is(err, errStreamingUnsupported):
+			w.log.Info("the apiserver refused the streaming list; using paginated LIST from now on", zap.Error(err))
+			w.noStream = true
+			continue
+		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+			reason = metrics.ReasonExpired
+			w.mu.Lock()
+			w.listing = &listPlan{origin: event.OriginResync, reason: metrics.ReasonExpired}
+			w.mu.Unlock()
+			w.log.Warn("watch position expired (410); relisting", zap.String("resourceVersion", w.rv), zap.Error(err))
+		case errors.Is(err, handlerError{}):
+			return err
+		default:
+			if perm := permanent(err); perm != "" {
+				w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, perm).Inc()
+				return w.describe(err)
+			}
+			reason = metrics.ReasonError
+			if errors.Is(err, errIdle) {
+				reason = metrics.ReasonIdle
+			} else if errors.Is(err, io.ErrUnexpectedEOF) || isConnErr(err) {
+				reason = metrics.ReasonClosed
+			}
+			w.log.Warn("watch failed; retrying", zap.String("reason", reason), zap.Error(err))
+		}
+		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, reason).Inc()
+		w.o.OnState(false)
+		if reason == metrics.ReasonTimeout && err == nil {
+			continue
+		}
+		// A long healthy run resets the backoff; repeated failures (including
+		// a 410 storm) grow it, so the apiserver never sees a hot loop. The
+		// very first 410 relists at once.
+		if time.Since(t0) > time.Minute {
+			backoff = w.o.Backoff
+		}
+		d := backoff.Step()
+		if reason == metrics.ReasonExpired && time.Since(t0) > time.Minute {
+			d = 0
+		}
+		if !sleep(ctx, d) {
+			return ctx.Err()
+		}
+	}
+}
+
+func (w *Watcher) setRV(rv string) {
+	w.mu.Lock()
+	w.rv = rv
+	w.mu.Unlock()
+}
+
+// describe wraps a permanent error with the source and resource.
+func (w *Watcher) describe(err error) error {
+	scope := "all namespaces"
+	if w.o.Namespace != "" {
+		scope = "namespace " + w.o.Namespace
+	}
+	return fmt.Errorf("source %q: list/watch %s (%s) in %s: %w",
+		w.o.Source, w.o.Resource.Resource, w.o.Resource.APIVersion(), scope, err)
+}
+
+// permanent classifies errors that retrying the same request cannot fix.
+func permanent(err error) string {
+	switch {
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return metrics.ReasonForbidden
+	case apierrors.IsNotFound(err):
+		return metrics.ReasonNotFound
+	}
+	return ""
+}
+
+func isConnErr(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "connection reset") || strings.Contains(s, "connection refused") ||
+		strings.Contains(s, "EOF") || strings.Contains(s, "broken pipe") || strings.Contains(s, "http2")
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+type handlerError struct{ err error }
+
+func (e handlerError) Error() string        { return e.err.Error() }
+func (e handlerError) Unwrap() error        { return e.err }
+func (e handlerError) Is(target error) bool { _, ok := target.(handlerError); return ok }
+
+var errStreamingUnsupported = errors.New("streaming list not supported")
+
+func (w *Watcher) request(ctx context.Context) *rest.Request {
+	r := w.o.Client.Get().Resource(w.o.Resource.Resource)
+	if w.o.Namespace != "" {
+		r = r.Namespace(w.o.Namespace)
+	}
+	if w.o.LabelSelector != "" {
+		r = r.Param("labelSelector", w.o.LabelSelector)
+	}
+	if w.o.FieldSelector != "" {
+		r = r.Param("fieldSelector", w.o.FieldSelector)
+	}
+	return r
+}
+
+// currentRV reads the collection's current resourceVersion with a
+// one-item consistent LIST.
+func (w *Watcher) currentRV(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.o.IdleTimeout)
+	defer cancel()
+	body, err := w.request(ctx).Param("limit", "1").DoRaw(ctx)
+	if err != nil {
+		return "", err
+	}
+	var l struct {
+		Metadata metav1.ListMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		return "", fmt.Errorf("decode list: %w", err)
+	}
+	if l.Metadata.ResourceVersion == "" {
+		return "", errors.New("list response has no resourceVersion")
+	}
+	return l.Metadata.ResourceVersion, nil
+}
+
+// beginList emits sync.started for a new relist epoch.
+func (w *Watcher) beginList(ctx context.Context, h Handler) (event.SyncEvent, error) {
+	w.mu.Lock()
+	w.epoch++
+	plan := *w.listing
+	from := w.rv
+	ep := w.epoch
+	w.mu.Unlock()
+	w.o.Metrics.Relists.WithLabelValues(w.o.Source, plan.reason).Inc()
+	w.o.Metrics.Epoch.WithLabelValues(w.o.Source).Set(float64(ep))
+	s := event.SyncEvent{Namespace: w.o.Namespace, Epoch: ep, Reason: plan.reason, FromResourceVersion: from, Time: time.Now()}
+	it := &Item{Kind: ItemSyncStarted, Epoch: ep, Sync: s, ReadAt: s.Time}
+	if err := h(ctx, it); err != nil {
+		return s, handlerError{err}
+	}
+	return s, nil
+}
+
+// endList emits sync.completed and switches to watching from rv.
+func (w *Watcher) endList(ctx context.Context, h Handler, s event.SyncEvent, rv string, n int64) error {
+	s.Completed = true
+	s.ToResourceVersion = rv
+	s.Counts = event.SyncCounts{Total: n}
+	s.Time = time.Now()
+	w.mu.Lock()
+	w.rv = rv
+	w.listing = nil
+	w.mu.Unlock()
+	it := &Item{Kind: ItemSyncCompleted, Epoch: s.Epoch, Sync: s, ResourceVersion: rv, ReadAt: s.Time}
+	if err := h(ctx, it); err != nil {
+		return handlerError{err}
+	}
+	w.log.Info("list completed", zap.String("reason", s.Reason), zap.Int64("objects", n),
+		zap.String("from", s.FromResourceVersion), zap.String("to", rv), zap.Uint64("epoch", s.Epoch))
+	return nil
+}
+
+// listPages lists with a paginated LIST at a consistent resourceVersion.
+func (w *Watcher) listPages(ctx context.Context, h Handler) error {
+	s, err := w.beginList(ctx, h)
+	if err != nil {
+		return err
+	}
+	origin := w.listing.origin
+	var (
+		cont string
+		rv   string
+		n    int64
+	)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, w.o.IdleTimeout)
+		r := w.request(pctx).Param("limit", strconv.FormatInt(w.o.PageSize, 10))
+		if cont != "" {
+			r = r.Param("continue", cont)
+		}
+		body, err := r.DoRaw(pctx)
+		cancel()
+		if err != nil {
+			return err // a 410 on a continue token restarts the whole list
+		}
+		var page struct {
+			Metadata metav1.ListMeta  `json:"metadata"`
+			Items    []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return fmt.Errorf("decode list page: %w", err)
+		}
+		if rv == "" {
+			rv = page.Metadata.ResourceVersion
+		}
+		for _, raw := range page.Items {
+			obj, err := event.ParseObject(raw)
+			if err != nil {
+				w.log.Error("skipping unparsable list item (reported, not published)", zap.Error(err))
+				continue
+			}
+			n++
+			it := &Item{Kind: ItemObject, Type: event.Added, Origin: origin, Object: obj, Epoch: s.Epoch, ReadAt: time.Now()}
+			if err := h(ctx, it); err != nil {
+				return handlerError{err}
+			}
+		}
+		cont = page.Metadata.Continue
+		if cont == "" {
+			break
+		}
+	}
+	if rv == "" {
+		return errors.New("list response has no resourceVersion")
+	}
+	return w.endList(ctx, h, s, rv, n)
+}
+
+var initialEventsEnd = []byte(`"` + metav1.InitialEventsAnnotationKey + `":"true"`)
+
+// watch runs one watch request. With streamList it is a streaming list:
+// initial events, the initial-events-end bookmark, then the watch.
+func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	var sync event.SyncEvent
+	if streamList {
+		var err error
+		if sync, err = w.beginList(ctx, h); err != nil {
+			return err
+		}
+	}
+	req := w.request(ctx).
+		Param("watch", "true").
+		Param("allowWatchBookmarks", "true").
+		Param("timeoutSeconds", strconv.Itoa(int(w.o.Timeout/time.Second)))
+	if streamList {
+		req = req.Param("sendInitialEvents", "true").
+			Param("resourceVersionMatch", string(metav1.ResourceVersionMatchNotOlderThan)).
+			Param("resourceVersion", "")
+	} else {
+		req = req.Param("resourceVersion", w.rv)
+	}
+	idle := time.AfterFunc(w.o.IdleTimeout, func() { cancel(errIdle) })
+	defer idle.Stop()
+	body, err := req.Stream(ctx)
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errIdle) {
+			return errIdle
+		}
+		if streamList && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)) {
+			return fmt.Errorf("%w: %v", errStreamingUnsupported, err)
+		}
+		return err
+	}
+	defer body.Close()
+	w.o.OnState(true)
+
+	dec := json.NewDecoder(body)
+	var (
+		frame  json.RawMessage
+		origin = event.OriginWatch
+		n      int64
+	)
+	if streamList {
+		origin = w.listing.origin
+	}
+	for {
+		frame = frame[:0]
+		if err := dec.Decode(&frame); err != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, errIdle) {
+				return errIdle
+			}
+			if errors.Is(err, io.EOF) {
+				if streamList {
+					return io.ErrUnexpectedEOF // the list did not finish
+				}
+				return nil
+			}
+			return err
+		}
+		readAt := time.Now()
+		typ, obj, err := event.ParseWatchFrame(frame)
+		if err != nil {
+			return fmt.Errorf("bad watch frame: %w", err)
+		}
+		switch typ {
+		case "ADDED", "MODIFIED", "DELETED":
+			o, err := event.ParseObject(obj)
+			if err != nil {
+				return fmt.Errorf("bad object in watch frame: %w", err)
+			}
+			t, _ := event.TypeFromWatch(typ)
+			it := &Item{Kind: ItemObject, Type: t, Origin: origin, Object: o, Epoch: w.epoch, ReadAt: readAt}
+			if streamList {
+				n++
+			} else {
+				it.ResourceVersion = o.Meta.ResourceVersion
+				w.setRV(o.Meta.ResourceVersion)
+				w.o.Metrics.LastEvent.WithLabelValues(w.o.Source).Set(float64(readAt.UnixNano()) / 1e9)
+			}
+			idle.Stop()
+			if err := h(ctx, it); err != nil {
+				return handlerError{err}
+			}
+			idle.Reset(w.o.IdleTimeout)
+		case "BOOKMARK":
+			o, err := event.ParseObject(obj)
+			if err != nil {
+				return fmt.Errorf("bad bookmark: %w", err)
+			}
+			rv := o.Meta.ResourceVersion
+			idle.Stop()
+			if streamList && bytes.Contains(obj, initialEventsEnd) {
+				if err := w.endList(ctx, h, sync, rv, n); err != nil {
+					return err
+				}
+				streamList, origin = false, event.OriginWatch
+			} else if !streamList && rv != "" {
+				w.o.Metrics.Bookmarks.WithLabelValues(w.o.Source).Inc()
+				w.o.Metrics.LastBookmark.WithLabelValues(w.o.Source).Set(float64(readAt.UnixNano()) / 1e9)
+				w.setRV(rv)
+				if err := h(ctx, &Item{Kind: ItemBookmark, ResourceVersion: rv, Epoch: w.epoch, ReadAt: readAt}); err != nil {
+					return handlerError{err}
+				}
+			}
+			idle.Reset(w.o.IdleTimeout)
+		case "ERROR":
+			var st metav1.Status
+			if err := json.Unmarshal(obj, &st); err != nil {
+				return fmt.Errorf("bad ERROR frame: %w", err)
+			}
+			serr := &apierrors.StatusError{ErrStatus: st}
+			if streamList && (st.Code == http.StatusBadRequest || st.Code == http.StatusUnprocessableEntity ||
+				strings.Contains(st.Message, "RequestWatchProgress")) {
+				return fmt.Errorf("%w: %v", errStreamingUnsupported, serr)
+			}
+			return serr
+		default:
+			return fmt.Errorf("unknown watch event type %q", typ)
+		}
+	}
+}
