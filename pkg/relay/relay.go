@@ -41,9 +41,9 @@ import (
 
 // Options are Run's dependencies.
 type Options struct {
-	Config     *config.Config      // loaded and validated
-	RestConfig *rest.Config        // apiserver access
-	Logger     *zap.Logger         // required
+	Config     *config.Config       // loaded and validated
+	RestConfig *rest.Config         // apiserver access
+	Logger     *zap.Logger          // required
 	Registry   *prometheus.Registry // metrics are registered here and served from it
 	// MetricsAddr serves /metrics ("" = not served), HealthAddr serves
 	// /healthz and /readyz ("" = not served). They may be equal.

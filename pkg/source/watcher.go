@@ -416,7 +416,7 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 			return err // a 410 on a continue token restarts the whole list
 		}
 		var page struct {
-			Metadata metav1.ListMeta  `json:"metadata"`
+			Metadata metav1.ListMeta   `json:"metadata"`
 			Items    []json.RawMessage `json:"items"`
 		}
 		if err := json.Unmarshal(body, &page); err != nil {
