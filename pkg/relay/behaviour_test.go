@@ -1,0 +1,330 @@
+package relay_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/relayd/relayd/internal/testenv"
+)
+
+func TestForced410RelistsWithMarkersThenWatches(t *testing.T) {
+	noCache, err := testenv.Start(t.Context(), testenv.Options{DisableWatchCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(noCache.Stop)
+	f := newFixture(t, noCache, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	a := f.createCM("a", nil, map[string]string{"v": "1"})
+	f.createCM("b", nil, nil)
+	r := f.start(nil, true)
+	f.waitStored(20*time.Second, isEvent("added", "a", ""), isEvent("added", "b", ""), isSync("completed"))
+	f.eventually(10*time.Second, "checkpoint", func() error {
+		if f.checkpoints()["cms."+f.ns].ResourceVersion == "" {
+			return fmt.Errorf("no checkpoint yet")
+		}
+		return nil
+	})
+	r.stop(t)
+	before := len(f.stored())
+
+	// While relayd is down: changes, then history is compacted away.
+	a = f.updateCM(a, "v", "2")
+	c := f.createCM("c", nil, nil)
+	if _, err := noCache.CompactNow(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	r2 := f.start(nil, true)
+	got := f.waitStored(30*time.Second,
+		func(m msg) bool { return isEvent("added", "a", a.ResourceVersion)(m) && m.Env.RelaydOrigin == "resync" },
+		func(m msg) bool { return isEvent("added", "c", c.ResourceVersion)(m) && m.Env.RelaydOrigin == "resync" },
+	)
+	// After the resync, live changes flow again with origin watch.
+	d := f.createCM("d", nil, nil)
+	got = f.waitStored(20*time.Second, func(m msg) bool { return isEvent("added", "d", d.ResourceVersion)(m) && m.Env.RelaydOrigin == "watch" })
+
+	// The resync is bracketed (total counts listed objects: a, b, c and the
+	// checkpoint ConfigMap, which is listed but never published): started(reason expired, epoch 2) ... completed(to=rv), in stream order.
+	var started, completed *msg
+	for i := before; i < len(got); i++ {
+		m := &got[i]
+		switch {
+		case isSync("started")(*m) && started == nil:
+			started = m
+		case isSync("completed")(*m) && completed == nil:
+			completed = m
+		}
+	}
+	if started == nil || completed == nil {
+		t.Fatalf("no sync markers after the 410:\n%s", dump(got[before:]))
+	}
+	var sd, cd struct {
+		Reason string `json:"reason"`
+		From   string `json:"fromResourceVersion"`
+		To     string `json:"toResourceVersion"`
+		Counts struct {
+			Total int `json:"total"`
+		} `json:"counts"`
+	}
+	_ = json.Unmarshal(started.Env.Data, &sd)
+	_ = json.Unmarshal(completed.Env.Data, &cd)
+	if sd.Reason != "expired" || sd.From == "" || cd.To == "" || cd.Counts.Total != 4 || started.Env.RelaydEpoch != 2 {
+		t.Errorf("markers: started %+v epoch %d, completed %+v", sd, started.Env.RelaydEpoch, cd)
+	}
+	for _, m := range got[before:] {
+		if m.Env.RelaydOrigin == "resync" && (m.Seq < started.Seq || m.Seq > completed.Seq || m.Env.RelaydEpoch != 2) {
+			t.Errorf("resync event outside its markers or wrong epoch: %d %s epoch %d", m.Seq, m.Env.K8sName, m.Env.RelaydEpoch)
+		}
+	}
+	if v := metricValue(t, r2.reg, "relayd_relists_total", map[string]string{"source": "cms", "reason": "expired"}); v != 1 {
+		t.Errorf("relayd_relists_total{expired} = %v, want 1", v)
+	}
+}
+
+func TestNATSOutageHoldsCheckpointAndLosesNothing(t *testing.T) {
+	n := testenv.NATST(t, testenv.NATSOptions{})
+	f := newFixture(t, env, n, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	r := f.start(nil, true)
+	x := f.createCM("x", nil, nil)
+	f.waitStored(20*time.Second, isEvent("added", "x", x.ResourceVersion))
+	key := "cms." + f.ns
+	f.eventually(10*time.Second, "checkpoint at x", func() error {
+		if got := f.checkpoints()[key].ResourceVersion; got != x.ResourceVersion {
+			return fmt.Errorf("checkpoint %q, want %q", got, x.ResourceVersion)
+		}
+		return nil
+	})
+
+	n.Stop()
+	y := f.createCM("y", nil, nil)
+	y = f.updateCM(y, "k", "v")
+	z := f.createCM("z", nil, nil)
+	// Several flush intervals pass: the checkpoint must not move past x,
+	// and readiness reports the outage.
+	for i := 0; i < 10; i++ {
+		time.Sleep(200 * time.Millisecond)
+		if got := f.checkpoints()[key].ResourceVersion; got != x.ResourceVersion {
+			t.Fatalf("checkpoint moved to %q while NATS was down (acked watermark is %q)", got, x.ResourceVersion)
+		}
+	}
+	if err := r.readyErr(); err == nil || !strings.Contains(err.Error(), "NATS") {
+		t.Errorf("readyz during the outage: %v, want not ready naming NATS", err)
+	}
+
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStored(60*time.Second, isEvent("added", "y", ""), isEvent("modified", "y", y.ResourceVersion), isEvent("added", "z", z.ResourceVersion))
+	f.eventually(20*time.Second, "checkpoint at z", func() error {
+		if got := f.checkpoints()[key].ResourceVersion; got != z.ResourceVersion {
+			return fmt.Errorf("checkpoint %q, want %q", got, z.ResourceVersion)
+		}
+		return nil
+	})
+	if v := metricValue(t, r.reg, "relayd_publish_errors_total", map[string]string{"source": "cms"}); v <= 0 {
+		t.Logf("note: no publish error counted (the outage was absorbed by the reconnect buffer)")
+	}
+}
+
+func TestSelectorsNamespacesAndEventTypeFilter(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: web
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS, $NS-b]
+    labelSelector: app=web
+    fieldSelector: metadata.name!=skipme
+    eventTypes: [added, deleted]`)
+	for _, ns := range []string{f.ns + "-b", f.ns + "-c"} {
+		if _, err := f.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := f.start(nil, true)
+	web := map[string]string{"app": "web"}
+	mk := func(ns, name string, labels map[string]string) *corev1.ConfigMap {
+		cm, err := f.cs.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+	in1 := mk(f.ns, "in-a", web)
+	mk(f.ns+"-b", "in-b", web)
+	mk(f.ns, "unlabelled", nil)
+	mk(f.ns, "skipme", web)
+	mk(f.ns+"-c", "other-ns", web)
+	in1 = f.updateCM(in1, "k", "v") // modified: filtered out
+	f.deleteCM("in-a")
+	got := f.waitStored(20*time.Second, isEvent("added", "in-a", ""), isEvent("added", "in-b", ""), isEvent("deleted", "in-a", ""))
+	// Let anything wrongly published arrive, then check nothing else is there.
+	time.Sleep(time.Second)
+	got = f.stored()
+	for _, m := range got {
+		if strings.Contains(m.Env.Type, ".object.") {
+			if n := m.Env.K8sName; n != "in-a" && n != "in-b" {
+				t.Errorf("published %s %s/%s, which the selectors exclude", m.Env.Type, m.Env.K8sNamespace, n)
+			}
+			if strings.HasSuffix(m.Env.Type, ".modified") {
+				t.Errorf("published a modified event despite eventTypes [added, deleted]")
+			}
+		}
+	}
+	if v := metricValue(t, r.reg, "relayd_events_filtered_total", map[string]string{"source": "web"}); v < 1 {
+		t.Errorf("relayd_events_filtered_total = %v, want >= 1", v)
+	}
+	// One checkpoint per namespace, and the filtered event still advanced it.
+	f.eventually(10*time.Second, "checkpoints per namespace", func() error {
+		cps := f.checkpoints()
+		if cps["web."+f.ns].ResourceVersion == "" || cps["web."+f.ns+"-b"].ResourceVersion == "" {
+			return fmt.Errorf("checkpoints %v", cps)
+		}
+		return nil
+	})
+	_ = in1
+}
+
+func TestPayloadModesAndOversize(t *testing.T) {
+	n := testenv.NATST(t, testenv.NATSOptions{MaxPayload: 8 << 10})
+	f := newFixture(t, env, n, `
+  - name: full
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+  - name: meta
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    payload: metadata
+  - name: ref
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    payload: reference`)
+	r := f.start(nil, true)
+	small := f.createCM("small", map[string]string{"l": "1"}, map[string]string{"k": "v"})
+	big := f.createCM("big", nil, map[string]string{"k": strings.Repeat("x", 20<<10)})
+	var want []func(msg) bool
+	for _, src := range []string{"full", "meta", "ref"} {
+		for _, name := range []string{"small", "big"} {
+			want = append(want, func(m msg) bool { return isEvent("added", name, "")(m) && m.Env.RelaydSource == src })
+		}
+	}
+	got := f.waitStored(20*time.Second, want...)
+	seen := 0
+	for _, m := range got {
+		if !strings.Contains(m.Env.Type, ".object.") {
+			continue
+		}
+		var d map[string]any
+		if err := json.Unmarshal(m.Env.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		src, name := m.Env.RelaydSource, m.Env.K8sName
+		if name == "big" && src == "full" {
+			if !m.Env.RelaydOversize || m.Env.RelaydPayload != "reference" || d["uid"] != string(big.UID) {
+				t.Errorf("%s/big: oversize=%v payload=%s data=%v, want a reference flagged oversize", src, m.Env.RelaydOversize, m.Env.RelaydPayload, d)
+			}
+			seen++
+			continue
+		}
+		if name == "big" {
+			if m.Env.RelaydOversize {
+				t.Errorf("%s/big flagged oversize although its %s payload fits", src, m.Env.RelaydPayload)
+			}
+			seen++
+			continue
+		}
+		switch src {
+		case "full":
+			if d["data"] == nil || d["metadata"].(map[string]any)["managedFields"] != nil {
+				t.Errorf("full payload: %v", d)
+			}
+		case "meta":
+			md, _ := d["metadata"].(map[string]any)
+			if d["data"] != nil || md == nil || md["labels"] == nil || md["managedFields"] != nil || d["kind"] != "ConfigMap" {
+				t.Errorf("metadata payload: %v", d)
+			}
+		case "ref":
+			if d["data"] != nil || d["metadata"] != nil || d["name"] != "small" || d["uid"] != string(small.UID) ||
+				d["resourceVersion"] != small.ResourceVersion || d["namespace"] != f.ns || d["kind"] != "ConfigMap" {
+				t.Errorf("reference payload: %v", d)
+			}
+		}
+		seen++
+	}
+	if seen != 6 {
+		t.Errorf("saw %d object events, want 6 (2 objects x 3 sources):\n%s", seen, dump(got))
+	}
+	if v := metricValue(t, r.reg, "relayd_events_oversize_total", map[string]string{"source": "full"}); v != 1 {
+		t.Errorf("relayd_events_oversize_total{full} = %v, want 1", v)
+	}
+}
+
+func TestForbiddenSourceIsReportedAndOthersKeepRunning(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+  - name: secrets
+    apiVersion: v1
+    kind: Secret
+    namespaces: [$NS]`)
+	ctx := t.Context()
+	// Production RBAC: list/watch configmaps, get/update the pre-created checkpoint.
+	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cp"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.cs.RbacV1().Roles(f.ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "relayd"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"cp"}, Verbs: []string{"get", "update"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.cs.RbacV1().RoleBindings(f.ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "relayd"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "relayd"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: testenv.RestrictedUser}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.start(f.env.RestrictedConfig(), false)
+	cm := f.createCM("works", nil, nil)
+	f.waitStored(20*time.Second, isEvent("added", "works", cm.ResourceVersion))
+	f.eventually(20*time.Second, "forbidden reported for secrets", func() error {
+		if v := metricValue(t, r.reg, "relayd_watch_restarts_total", map[string]string{"source": "secrets", "reason": "forbidden"}); v < 1 {
+			return fmt.Errorf("relayd_watch_restarts_total{secrets,forbidden} = %v", v)
+		}
+		return nil
+	})
+	if v := metricValue(t, r.reg, "relayd_source_up", map[string]string{"source": "secrets"}); v != 0 {
+		t.Errorf("relayd_source_up{secrets} = %v, want 0", v)
+	}
+	if v := metricValue(t, r.reg, "relayd_source_up", map[string]string{"source": "cms"}); v != 1 {
+		t.Errorf("relayd_source_up{cms} = %v, want 1", v)
+	}
+	if err := r.readyErr(); err == nil || !strings.Contains(err.Error(), "secrets") {
+		t.Errorf("readyz = %v, want not ready naming the secrets source", err)
+	}
+}
