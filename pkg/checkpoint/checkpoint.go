@@ -13,13 +13,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
 )
 
 // Defaults for the zero values of [Options].
 const (
-	DefaultFlushInterval           = 5 * time.Second
+	// DefaultFlushInterval is the default of Options.FlushInterval.
+	DefaultFlushInterval = 5 * time.Second
+	// DefaultBookmarkPersistInterval is the default of
+	// Options.BookmarkPersistInterval.
 	DefaultBookmarkPersistInterval = 2 * time.Minute
 )
 
@@ -33,6 +37,12 @@ const (
 	// stall Run; the next tick retries.
 	tickTimeout = 30 * time.Second
 )
+
+// conflictBackoff paces the retries of a write that lost a race with another
+// replica: exponential with jitter so that replicas fall out of step, about
+// 2s in all (well inside FlushInterval and a shutdown grace period). A write
+// that still conflicts is retried by the next Run tick.
+var conflictBackoff = wait.Backoff{Steps: 8, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: time.Second}
 
 // Position is what relayd stores per watch key: the resourceVersion to resume
 // the watch from, the relist generation of the source it belongs to, and when
@@ -417,7 +427,7 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 	}
 	s.mu.Unlock()
 
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(conflictBackoff, func() error {
 		cm, err := s.client.Get(ctx, s.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			data := make(map[string]string, len(todo))
@@ -459,7 +469,9 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 	if err != nil && apierrors.IsConflict(err) {
 		err = fmt.Errorf("checkpoint: update ConfigMap %s: still conflicting after retries: %w", s.object(), err)
 	}
-	if s.metrics != nil && (err == nil || ctx.Err() == nil) {
+	// A write cut short by shutdown (cancellation) is not a failure worth
+	// counting; a timeout is.
+	if s.metrics != nil && (err == nil || !errors.Is(ctx.Err(), context.Canceled)) {
 		s.metrics.CheckpointWrite(err)
 	}
 	if err != nil {

@@ -192,6 +192,13 @@ func TestRunCoalescesWrites(t *testing.T) {
 		n++
 		s.Advance("busy", pos(strconv.Itoa(n), 0), false)
 	}
+	// On a loaded machine a write can take longer than a tick (the ticker
+	// then drops ticks); wait for Run's first write rather than assume it.
+	for deadline := time.Now().Add(10 * time.Second); cc.updates.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not write within 10s")
+		}
+	}
 	elapsed := time.Since(start)
 	cancel()
 	<-done
@@ -199,9 +206,6 @@ func TestRunCoalescesWrites(t *testing.T) {
 	t.Logf("%d advances, %d writes in %v", n, writes, elapsed)
 	if maxWrites := int64(elapsed/(200*time.Millisecond)) + 1; writes > maxWrites {
 		t.Fatalf("%d writes in %v with FlushInterval 200ms, want at most %d", writes, elapsed, maxWrites)
-	}
-	if writes < 2 {
-		t.Fatalf("Run wrote only %d times in %v", writes, elapsed)
 	}
 	// Run does not flush on exit; the owner's final Flush persists the rest.
 	if err := s.Flush(t.Context()); err != nil {
@@ -238,7 +242,9 @@ func TestTwoReplicasKeepEachOthersKeys(t *testing.T) {
 		t.Fatalf("a: %d conflicts, %d ok updates; want 1 conflict then 1 ok", ca.conflicts.Load(), ca.ok.Load())
 	}
 
-	// Then both flush concurrently, many rounds.
+	// Then both flush concurrently, back to back, many rounds. Contention
+	// this hard can exhaust a flush's conflict retries; like Run, the
+	// replica then writes its keys with the next flush.
 	const rounds = 20
 	var wg sync.WaitGroup
 	for _, r := range []struct {
@@ -246,11 +252,21 @@ func TestTwoReplicasKeepEachOthersKeys(t *testing.T) {
 		keys []string
 	}{{a, []string{"a1", "a2", "a3"}}, {b, []string{"b1", "b2"}}} {
 		wg.Go(func() {
-			for i := 1; i <= rounds; i++ {
-				for _, k := range r.keys {
-					r.s.Advance(k, pos(fmt.Sprintf("%s-%d", k, i), 0), false)
+			exhausted := 0
+			for i := 1; i <= rounds || exhausted > 0; i++ {
+				if i <= rounds {
+					for _, k := range r.keys {
+						r.s.Advance(k, pos(fmt.Sprintf("%s-%d", k, i), 0), false)
+					}
 				}
-				if err := r.s.Flush(t.Context()); err != nil {
+				err := r.s.Flush(t.Context())
+				switch {
+				case err == nil:
+					exhausted = 0
+				case apierrors.IsConflict(err) && i < 10*rounds:
+					exhausted++
+					t.Logf("replica %s: %v", r.keys[0][:1], err)
+				default:
 					t.Error(err)
 					return
 				}

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -547,6 +548,25 @@ sources:
 				t.Errorf("\n got: %v\nwant first: %s", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestAliasBomb checks that a document multiplying itself through merge
+// keys is rejected quickly instead of being expanded.
+func TestAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x0: &x0 {cluster: x}\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&b, "x%d: &x%d {<<: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*x%d,", i-1), 9), ","))
+	}
+	b.WriteString("<<: *x9\n")
+	start := time.Now()
+	_, err := Parse([]byte(b.String()), "x")
+	if err == nil || !strings.Contains(err.Error(), "\nx: document contains excessive aliasing (too many alias or merge key expansions)") {
+		t.Errorf("got %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
 	}
 }
 

@@ -9,11 +9,12 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 )
 
-// maxVisits bounds the work of the diagnostic walk, so that a document
-// that multiplies itself through aliases and merge keys ("billion laughs")
-// fails fast instead of exhausting memory or time. A real configuration
-// needs a few hundred visits.
-const maxVisits = 1 << 20
+// maxVisits bounds the work of the diagnostic walk (nodes and keys
+// visited, counting each alias expansion again), so that a document that
+// multiplies itself through aliases and merge keys ("billion laughs") fails
+// fast instead of exhausting memory or time. A real configuration needs a
+// few hundred visits; one with a thousand sources, a few tens of thousands.
+const maxVisits = 200_000
 
 // walker decodes a yaml.Node tree into a Config by reflection, mirroring
 // go.yaml.in/yaml/v3's decoding rules, and records what the yaml package
@@ -29,12 +30,31 @@ type walker struct {
 	lines  map[string]int
 	// active holds the alias nodes being expanded, to stop cycles.
 	active map[*yaml.Node]bool
+	fields map[reflect.Type]structFields
 	visits int
 	abort  bool
 }
 
 func newWalker() *walker {
-	return &walker{lines: map[string]int{}, active: map[*yaml.Node]bool{}}
+	return &walker{
+		lines:  map[string]int{},
+		active: map[*yaml.Node]bool{},
+		fields: map[reflect.Type]structFields{},
+	}
+}
+
+// tick counts one unit of work and reports whether the walk may go on.
+func (w *walker) tick() bool {
+	if w.abort {
+		return false
+	}
+	w.visits++
+	if w.visits > maxVisits {
+		w.abort = true
+		w.fail("", 0, "document contains excessive aliasing (too many alias or merge key expansions)")
+		return false
+	}
+	return true
 }
 
 func (w *walker) problem(path string, line int, msg string) {
@@ -54,13 +74,7 @@ func (w *walker) record(path string, line int) {
 
 // walk decodes n into v, which must be addressable.
 func (w *walker) walk(n *yaml.Node, v reflect.Value, path string) {
-	if w.abort {
-		return
-	}
-	w.visits++
-	if w.visits > maxVisits {
-		w.abort = true
-		w.fail("", n.Line, "document contains excessive aliasing")
+	if !w.tick() {
 		return
 	}
 	if n.Kind == yaml.AliasNode {
@@ -108,11 +122,18 @@ func (w *walker) mapping(n *yaml.Node, v reflect.Value, path string, merged map[
 		w.fail(path, n.Line, "expected a mapping, got "+describeNode(n))
 		return
 	}
-	fields := fieldsOf(v.Type())
+	fields, ok := w.fields[v.Type()]
+	if !ok {
+		fields = fieldsOf(v.Type())
+		w.fields[v.Type()] = fields
+	}
 	seen := map[string]int{}
 	var mergeNode *yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
+		if !w.tick() {
+			return
+		}
 		if isMergeKey(k) {
 			if first, dup := seen["<<"]; dup {
 				w.problem(path, k.Line, fmt.Sprintf("duplicate merge key \"<<\" (first at line %d)", first))
@@ -173,14 +194,13 @@ func (w *walker) merge(m *yaml.Node, v reflect.Value, path string, merged map[st
 		return
 	}
 	for _, it := range items {
-		if w.abort {
+		if !w.tick() {
 			return
 		}
 		if t := resolveAlias(it); t.Kind != yaml.MappingNode {
 			w.fail(path, it.Line, want+describeNode(t))
 			return
 		}
-		w.visits++
 		if it.Kind == yaml.AliasNode {
 			if w.active[it] {
 				w.fail(path, it.Line, fmt.Sprintf("alias *%s refers to a node that contains it", it.Value))

@@ -14,10 +14,9 @@
 // number has no unit and is rejected (except 0). Integers must be written
 // as integers (1.5 is not truncated to 1).
 //
-// A key that is left out, or set to its zero value (0, "", 0s, an empty
-// list), takes its default. The exceptions are the keys whose zero value
-// means something: watch.relistBackoff.jitter (0 = no jitter) and the
-// booleans (false).
+// A key that is left out, set to null, or set to its zero value (0, "",
+// 0s, an empty list) takes its default. The one exception is
+// watch.relistBackoff.jitter, where an explicit 0 means no jitter.
 //
 // # Keys
 //

@@ -57,7 +57,8 @@ type ValidationError struct {
 	Problems []Problem
 }
 
-// Error is errors.Join of the problems: one "path: message" line each.
+// Error is errors.Join of the problems: one line each, formatted by
+// Problem.Error ("source:line: path: message").
 func (e *ValidationError) Error() string {
 	if err := errors.Join(e.Unwrap()...); err != nil {
 		return err.Error()

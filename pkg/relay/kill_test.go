@@ -1,0 +1,212 @@
+package relay_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// relaydBinary is bin/relayd as built by `make build` (RELAYD_BIN), or a
+// fresh build for `go test` run by hand.
+func relaydBinary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("RELAYD_BIN"); b != "" {
+		if _, err := os.Stat(b); err == nil {
+			return b
+		}
+	}
+	out := filepath.Join(t.TempDir(), "relayd")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/relayd/relayd/cmd/relayd")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build relayd: %v\n%s", err, b)
+	}
+	return out
+}
+
+type change struct{ uid, rv, typ string }
+
+func TestKill9BetweenWritesLosesNothingAndStoresEachChangeOnce(t *testing.T) {
+	bin := relaydBinary(t)
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	dir := t.TempDir()
+	kc, cfgFile := filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "config.yaml")
+	if err := f.env.WriteKubeconfig(kc, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgFile, []byte(f.cfgYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+
+	// Reference history: an independent watch from before the first write.
+	list, err := f.cs.CoreV1().ConfigMaps(f.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := f.cs.CoreV1().ConfigMaps(f.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Stop()
+	var (
+		mu      sync.Mutex
+		history []change
+	)
+	refDone := make(chan struct{})
+	go func() {
+		defer close(refDone)
+		for ev := range ref.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok || cm.Name == "cp" {
+				continue
+			}
+			typ := map[watch.EventType]string{watch.Added: "added", watch.Modified: "modified", watch.Deleted: "deleted"}[ev.Type]
+			mu.Lock()
+			history = append(history, change{string(cm.UID), cm.ResourceVersion, typ})
+			mu.Unlock()
+		}
+	}()
+
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "run", "-c", cfgFile, "--kubeconfig", kc,
+			"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0", "--log-level", "warn")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		logf, _ := os.OpenFile(filepath.Join(dir, "relayd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	// The guarantee covers changes after a checkpoint: let the first run
+	// write one (the initial snapshot is state, not history).
+	cmd := start()
+	f.eventually(30*time.Second, "first checkpoint", func() error {
+		cm, err := f.cs.CoreV1().ConfigMaps(f.ns).Get(ctx, "cp", metav1.GetOptions{})
+		if err != nil || cm.Data["cms."+f.ns] == "" {
+			return fmt.Errorf("no checkpoint yet (%v)", err)
+		}
+		return nil
+	})
+
+	// Writer: creates, updates and deletes at a steady pace.
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		rng := rand.New(rand.NewPCG(1, 2))
+		live := map[string]*corev1.ConfigMap{}
+		for i := 0; i < 120; i++ {
+			name := fmt.Sprintf("cm-%d", rng.IntN(12))
+			cm, exists := live[name]
+			var err error
+			switch {
+			case !exists:
+				cm, err = f.cs.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
+				live[name] = cm
+			case rng.IntN(4) == 0:
+				err = f.cs.CoreV1().ConfigMaps(f.ns).Delete(ctx, name, metav1.DeleteOptions{})
+				delete(live, name)
+			default:
+				cm.Data = map[string]string{"i": fmt.Sprint(i)}
+				cm, err = f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cm, metav1.UpdateOptions{})
+				live[name] = cm
+			}
+			if err != nil {
+				t.Errorf("write %d: %v", i, err)
+				return
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+	}()
+
+	// kill -9 at random moments while the writer runs.
+	kills := 0
+	for ; ; cmd = start() {
+		select {
+		case <-writerDone:
+		case <-time.After(time.Duration(300+rand.IntN(700)) * time.Millisecond):
+		}
+		select {
+		case <-writerDone:
+			// Final run: let it catch up, then stop it gracefully.
+			f.eventually(60*time.Second, "every change on the stream", func() error {
+				mu.Lock()
+				want := append([]change(nil), history...)
+				mu.Unlock()
+				have := map[change]int{}
+				for _, m := range f.stored() {
+					if strings.Contains(m.Env.Type, ".object.") {
+						have[change{m.Env.K8sUID, m.Env.K8sResourceVersion, m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:]}]++
+					}
+				}
+				for _, c := range want {
+					if have[c] == 0 {
+						return fmt.Errorf("missing %+v (of %d changes)", c, len(want))
+					}
+				}
+				return nil
+			})
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("graceful stop: %v", err)
+			}
+		default:
+			_ = cmd.Process.Kill() // SIGKILL
+			_ = cmd.Wait()
+			kills++
+			continue
+		}
+		break
+	}
+	ref.Stop()
+	<-refDone
+
+	// Exactly once: each (uid, rv, type) is stored once; JetStream dropped
+	// the replays by Nats-Msg-Id.
+	count := map[change]int{}
+	objects := 0
+	for _, m := range f.stored() {
+		if strings.Contains(m.Env.Type, ".object.") {
+			count[change{m.Env.K8sUID, m.Env.K8sResourceVersion, m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:]}]++
+			objects++
+		}
+	}
+	for c, n := range count {
+		if n != 1 {
+			t.Errorf("%+v stored %d times", c, n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range history {
+		if count[c] != 1 {
+			t.Errorf("reference change %+v stored %d times", c, count[c])
+		}
+	}
+	if objects != len(history) {
+		t.Errorf("stream holds %d object events, the reference watch saw %d changes", objects, len(history))
+	}
+	if kills < 2 {
+		t.Errorf("only %d kills happened; the test did not exercise restarts", kills)
+	}
+	t.Logf("%d changes, %d kill -9 restarts, %d object events stored", len(history), kills, objects)
+	if t.Failed() {
+		b, _ := os.ReadFile(filepath.Join(dir, "relayd.log"))
+		t.Logf("relayd log:\n%s", b)
+	}
+}
