@@ -46,13 +46,13 @@ func TestForced410RelistsWithMarkersThenWatches(t *testing.T) {
 	}
 
 	r2 := f.start(nil, true)
-	got := f.waitStored(30*time.Second,
+	f.waitStored(30*time.Second,
 		func(m msg) bool { return isEvent("added", "a", a.ResourceVersion)(m) && m.Env.RelaydOrigin == "resync" },
 		func(m msg) bool { return isEvent("added", "c", c.ResourceVersion)(m) && m.Env.RelaydOrigin == "resync" },
 	)
 	// After the resync, live changes flow again with origin watch.
 	d := f.createCM("d", nil, nil)
-	got = f.waitStored(20*time.Second, func(m msg) bool { return isEvent("added", "d", d.ResourceVersion)(m) && m.Env.RelaydOrigin == "watch" })
+	got := f.waitStored(20*time.Second, func(m msg) bool { return isEvent("added", "d", d.ResourceVersion)(m) && m.Env.RelaydOrigin == "watch" })
 
 	// The resync is bracketed (total counts listed objects: a, b, c and the
 	// checkpoint ConfigMap, which is listed but never published): started(reason expired, epoch 2) ... completed(to=rv), in stream order.
@@ -171,10 +171,10 @@ func TestSelectorsNamespacesAndEventTypeFilter(t *testing.T) {
 	mk(f.ns+"-c", "other-ns", web)
 	in1 = f.updateCM(in1, "k", "v") // modified: filtered out
 	f.deleteCM("in-a")
-	got := f.waitStored(20*time.Second, isEvent("added", "in-a", ""), isEvent("added", "in-b", ""), isEvent("deleted", "in-a", ""))
+	f.waitStored(20*time.Second, isEvent("added", "in-a", ""), isEvent("added", "in-b", ""), isEvent("deleted", "in-a", ""))
 	// Let anything wrongly published arrive, then check nothing else is there.
 	time.Sleep(time.Second)
-	got = f.stored()
+	got := f.stored()
 	for _, m := range got {
 		if strings.Contains(m.Env.Type, ".object.") {
 			if n := m.Env.K8sName; n != "in-a" && n != "in-b" {
