@@ -56,6 +56,7 @@ type Encoder struct {
 	subjPrefix   string // "<prefix>.<cluster>."
 	ceSource     string // "/relayd/<cluster>/<source>"
 	objType      string // "<prefix>.object."
+	objTypes     [3]string
 	ctlSubjects  [2]string
 	ctlTypes     [2]string
 	ctlSubject   string // "/relayd/<source>"
@@ -97,6 +98,9 @@ func NewEncoder(o EncoderOptions) (*Encoder, error) {
 	e.subjPrefix = o.Prefix + "." + o.Cluster + "."
 	e.ceSource = "/relayd/" + o.Cluster + "/" + o.Source
 	e.objType = o.Prefix + ".object."
+	for i, t := range []Type{Added, Modified, Deleted} {
+		e.objTypes[i] = e.objType + string(t)
+	}
 	e.ctlSubjects = [2]string{
 		e.subjPrefix + ControlToken + "." + o.Source + ".sync.started",
 		e.subjPrefix + ControlToken + "." + o.Source + ".sync.completed",
@@ -127,6 +131,16 @@ func (e *Encoder) AppendSubject(dst []byte, r Resource, namespace, name string, 
 // ControlSubject returns the subject of the sync.started (completed=false)
 // or sync.completed control event of this source.
 func (e *Encoder) ControlSubject(completed bool) string { return e.ctlSubjects[b2i(completed)] }
+
+func typeIndex(t Type) int {
+	switch t {
+	case Added:
+		return 0
+	case Modified:
+		return 1
+	}
+	return 2
+}
 
 func b2i(b bool) int {
 	if b {
@@ -167,6 +181,9 @@ type Message struct {
 	Header map[string][]string
 	// Data is the body. In binary mode it aliases Change.Data.
 	Data []byte
+	// Oversize is true when the payload was replaced by the reference
+	// because the event exceeded EncoderOptions.MaxPayload.
+	Oversize bool
 }
 
 // Size is the number of bytes NATS counts against the server's max payload:
@@ -218,19 +235,15 @@ func (e *Encoder) Encode(c *Change) (Message, error) {
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	ev := objectEvent{
-		c:       c,
-		m:       &m,
-		subject: string(appendObjectSubject(make([]byte, 0, 96), e.subjPrefix, c.Resource, m.Namespace, m.Name, c.Type)),
-		ts:      ts,
-	}
-	ev.msgID = e.msgID(&m, c.Type)
+	ev := objectEvent{c: c, m: m, ts: ts}
+	ev.subject, ev.msgID = e.subjectAndMsgID(c, &m)
 	ev.id = ev.msgID[len(e.opts.Source)+1:]
 
 	msg := e.build(&ev, data, mode, false)
 	if limit := e.opts.MaxPayload; limit > 0 {
 		if full := msg.Size(); full > limit {
 			msg = e.build(&ev, AppendReference(nil, m), PayloadReference, true)
+			msg.Oversize = true
 			if size := msg.Size(); size > limit {
 				return Message{}, fmt.Errorf("%s: event of %d bytes (%d with the reference payload) exceeds the NATS max payload of %d bytes",
 					describe(c), full, size, limit)
@@ -243,7 +256,7 @@ func (e *Encoder) Encode(c *Change) (Message, error) {
 // objectEvent carries what both builders need.
 type objectEvent struct {
 	c       *Change
-	m       *Meta // Meta with APIVersion/Kind defaulted
+	m       Meta // c.Meta with APIVersion/Kind defaulted
 	subject string
 	msgID   string
 	id      string // suffix of msgID
@@ -257,22 +270,25 @@ func (e *Encoder) build(ev *objectEvent, data []byte, mode PayloadMode, oversize
 	return e.buildStructured(ev, data, mode, oversize)
 }
 
-func (e *Encoder) msgID(m *Meta, t Type) string {
-	n := len(e.opts.Source) + 1 + len(m.UID) + 1 + len(m.ResourceVersion)
-	if t == Deleted {
-		n += len("/deleted")
-	}
+// subjectAndMsgID returns the subject and the MsgID of c, sharing one
+// allocation.
+func (e *Encoder) subjectAndMsgID(c *Change, m *Meta) (subject, msgID string) {
+	var buf [640]byte // fits every subject up to MaxSubjectLen without escaping to the heap
+	subj := appendObjectSubject(buf[:0], e.subjPrefix, c.Resource, m.Namespace, m.Name, c.Type)
+	n := len(subj) + len(e.opts.Source) + 1 + len(m.UID) + 1 + len(m.ResourceVersion) + len("/deleted")
 	var b strings.Builder
 	b.Grow(n)
+	b.Write(subj)
 	b.WriteString(e.opts.Source)
 	b.WriteByte('/')
 	b.WriteString(m.UID)
 	b.WriteByte('/')
 	b.WriteString(m.ResourceVersion)
-	if t == Deleted {
+	if c.Type == Deleted {
 		b.WriteString("/deleted")
 	}
-	return b.String()
+	all := b.String()
+	return all[:len(subj)], all[len(subj):]
 }
 
 func (e *Encoder) validate(c *Change) error {
@@ -352,7 +368,7 @@ func appendCESubject(dst []byte, r Resource, ns, name string, escape bool) []byt
 }
 
 func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode, oversize bool) Message {
-	c, m := ev.c, ev.m
+	c, m := ev.c, &ev.m
 	r := &c.Resource
 	// Fixed text is ~470 bytes; strings are counted twice (subject path,
 	// extensions), escapes are rare and only make append grow once.
@@ -425,37 +441,38 @@ func (hb *headerBuilder) add(k, v string) {
 	hb.h[k] = hb.vals[i-1 : i : i]
 }
 
-// ce adds a ce-<name> header with a percent-encoded value.
-func (hb *headerBuilder) ce(name, v string) { hb.add(HeaderPrefix+name, encodeHeaderValue(v)) }
+// ce adds a ce-* header (key is the full header name) with a
+// percent-encoded value.
+func (hb *headerBuilder) ce(key, v string) { hb.add(key, encodeHeaderValue(v)) }
 
 func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, oversize bool) Message {
-	c, m := ev.c, ev.m
+	c, m := ev.c, &ev.m
 	hb := newHeaderBuilder(24)
-	hb.ce("specversion", SpecVersion)
-	hb.ce("id", ev.id)
-	hb.ce("source", e.ceSource)
-	hb.ce("type", e.objType+string(c.Type))
-	hb.ce("subject", string(appendCESubject(make([]byte, 0, 64), c.Resource, m.Namespace, m.Name, false)))
-	hb.ce("time", string(ev.ts.UTC().AppendFormat(make([]byte, 0, 32), timeLayout)))
-	hb.ce("k8scluster", e.opts.Cluster)
-	hb.ce("k8sapiversion", m.APIVersion)
-	hb.ce("k8skind", m.Kind)
-	hb.ce("k8sresource", c.Resource.Resource)
+	hb.ce(HeaderPrefix+"specversion", SpecVersion)
+	hb.ce(HeaderPrefix+"id", ev.id)
+	hb.ce(HeaderPrefix+"source", e.ceSource)
+	hb.ce(HeaderPrefix+"type", e.objTypes[typeIndex(c.Type)])
+	hb.ce(HeaderPrefix+"subject", string(appendCESubject(make([]byte, 0, 64), c.Resource, m.Namespace, m.Name, false)))
+	hb.ce(HeaderPrefix+"time", string(ev.ts.UTC().AppendFormat(make([]byte, 0, 32), timeLayout)))
+	hb.ce(HeaderPrefix+"k8scluster", e.opts.Cluster)
+	hb.ce(HeaderPrefix+"k8sapiversion", m.APIVersion)
+	hb.ce(HeaderPrefix+"k8skind", m.Kind)
+	hb.ce(HeaderPrefix+"k8sresource", c.Resource.Resource)
 	if m.Namespace != "" {
-		hb.ce("k8snamespace", m.Namespace)
+		hb.ce(HeaderPrefix+"k8snamespace", m.Namespace)
 	}
-	hb.ce("k8sname", m.Name)
-	hb.ce("k8suid", m.UID)
-	hb.ce("k8sresourceversion", m.ResourceVersion)
-	hb.ce("relaydsource", e.opts.Source)
-	hb.ce("relaydorigin", string(c.Origin))
-	hb.ce("relaydepoch", strconv.FormatUint(c.Epoch, 10))
-	hb.ce("relaydpayload", string(mode))
+	hb.ce(HeaderPrefix+"k8sname", m.Name)
+	hb.ce(HeaderPrefix+"k8suid", m.UID)
+	hb.ce(HeaderPrefix+"k8sresourceversion", m.ResourceVersion)
+	hb.ce(HeaderPrefix+"relaydsource", e.opts.Source)
+	hb.ce(HeaderPrefix+"relaydorigin", string(c.Origin))
+	hb.ce(HeaderPrefix+"relaydepoch", strconv.FormatUint(c.Epoch, 10))
+	hb.ce(HeaderPrefix+"relaydpayload", string(mode))
 	if oversize {
-		hb.ce("relaydoversize", "true")
+		hb.ce(HeaderPrefix+"relaydoversize", "true")
 	}
 	if c.FinalStateUnknown {
-		hb.ce("relaydfinalstateunknown", "true")
+		hb.ce(HeaderPrefix+"relaydfinalstateunknown", "true")
 	}
 	hb.add(HeaderContentType, ContentTypeJSON)
 	hb.add(HeaderMsgID, ev.msgID)
@@ -565,18 +582,18 @@ func (e *Encoder) Control(s SyncEvent) Message {
 	subject := e.ctlSubjects[b2i(s.Completed)]
 	if e.opts.Binary {
 		hb := newHeaderBuilder(12)
-		hb.ce("specversion", SpecVersion)
-		hb.ce("id", id)
-		hb.ce("source", e.ceSource)
-		hb.ce("type", typ)
-		hb.ce("subject", e.ctlSubject)
-		hb.ce("time", string(ts.UTC().AppendFormat(make([]byte, 0, 32), timeLayout)))
-		hb.ce("k8scluster", e.opts.Cluster)
+		hb.ce(HeaderPrefix+"specversion", SpecVersion)
+		hb.ce(HeaderPrefix+"id", id)
+		hb.ce(HeaderPrefix+"source", e.ceSource)
+		hb.ce(HeaderPrefix+"type", typ)
+		hb.ce(HeaderPrefix+"subject", e.ctlSubject)
+		hb.ce(HeaderPrefix+"time", string(ts.UTC().AppendFormat(make([]byte, 0, 32), timeLayout)))
+		hb.ce(HeaderPrefix+"k8scluster", e.opts.Cluster)
 		if s.Namespace != "" {
-			hb.ce("k8snamespace", s.Namespace)
+			hb.ce(HeaderPrefix+"k8snamespace", s.Namespace)
 		}
-		hb.ce("relaydsource", e.opts.Source)
-		hb.ce("relaydepoch", strconv.FormatUint(s.Epoch, 10))
+		hb.ce(HeaderPrefix+"relaydsource", e.opts.Source)
+		hb.ce(HeaderPrefix+"relaydepoch", strconv.FormatUint(s.Epoch, 10))
 		hb.add(HeaderContentType, ContentTypeJSON)
 		hb.add(HeaderMsgID, msgID)
 		return Message{Subject: subject, MsgID: msgID, Header: hb.h, Data: d}

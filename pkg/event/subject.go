@@ -38,23 +38,35 @@ var tokenEscape = func() (t [256]bool) {
 // allocation) when nothing needs escaping. The empty string encodes to the
 // empty string; the subject builder substitutes placeholders for it.
 func EncodeToken(s string) string {
+	n := 0
 	for i := 0; i < len(s); i++ {
 		if tokenEscape[s[i]] {
-			dst := make([]byte, 0, len(s)+16)
-			return string(appendTokenFrom(append(dst, s[:i]...), s, i))
+			n++
 		}
 	}
-	return s
+	if n == 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 2*n)
+	from := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; tokenEscape[c] {
+			b.WriteString(s[from:i])
+			b.WriteByte('%')
+			b.WriteByte(hexUpper[c>>4])
+			b.WriteByte(hexUpper[c&0xf])
+			from = i + 1
+		}
+	}
+	b.WriteString(s[from:])
+	return b.String()
 }
 
 // AppendToken appends EncodeToken(s) to dst.
 func AppendToken(dst []byte, s string) []byte {
-	return appendTokenFrom(dst, s, 0)
-}
-
-func appendTokenFrom(dst []byte, s string, start int) []byte {
-	from := start
-	for i := start; i < len(s); i++ {
+	from := 0
+	for i := 0; i < len(s); i++ {
 		if c := s[i]; tokenEscape[c] {
 			dst = append(dst, s[from:i]...)
 			dst = append(dst, '%', hexUpper[c>>4], hexUpper[c&0xf])

@@ -83,15 +83,6 @@ func (r Resource) APIVersion() string {
 	return r.Group + "/" + r.Version
 }
 
-// appendAPIVersion appends r.APIVersion() to dst without allocating a string.
-func (r Resource) appendAPIVersion(dst []byte) []byte {
-	if r.Group != "" {
-		dst = append(dst, r.Group...)
-		dst = append(dst, '/')
-	}
-	return append(dst, r.Version...)
-}
-
 // Meta is what relayd reads from an object without decoding it. Fields absent
 // from the object (or JSON null) are empty.
 type Meta struct {

@@ -328,3 +328,33 @@ func TestForbiddenSourceIsReportedAndOthersKeepRunning(t *testing.T) {
 		t.Errorf("readyz = %v, want not ready naming the secrets source", err)
 	}
 }
+
+func TestPaginatedListFallbackWhenStreamingListIsRefused(t *testing.T) {
+	old, err := testenv.Start(t.Context(), testenv.Options{ExtraAPIServerArgs: []string{"--feature-gates=WatchList=false"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(old.Stop)
+	f := newFixture(t, old, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	// More objects than one page (watch.pageSize is 500 by default; the
+	// harness config does not change it), so use a small page via a config edit.
+	f.cfgYAML = strings.Replace(f.cfgYAML, "  timeout: 60s\n", "  timeout: 60s\n  pageSize: 2\n", 1)
+	var want []func(msg) bool
+	for i := range 5 {
+		cm := f.createCM(fmt.Sprintf("pre-%d", i), nil, nil)
+		want = append(want, isEvent("added", cm.Name, cm.ResourceVersion))
+	}
+	f.start(nil, true)
+	live := f.createCM("live", nil, nil)
+	want = append(want, isSync("completed"), func(m msg) bool { return isEvent("added", "live", live.ResourceVersion)(m) && m.Env.RelaydOrigin == "watch" })
+	got := f.waitStored(30*time.Second, want...)
+	for _, m := range got {
+		if strings.HasPrefix(m.Env.K8sName, "pre-") && m.Env.RelaydOrigin != "initial" {
+			t.Errorf("%s: origin %s, want initial", m.Env.K8sName, m.Env.RelaydOrigin)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -246,7 +245,7 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 				zap.String("uid", meta.UID), zap.String("resourceVersion", meta.ResourceVersion), zap.Error(err))
 			return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 		}
-		if isOversize(&msg) {
+		if msg.Oversize {
 			r.m.Oversize.WithLabelValues(w.src.Name).Inc()
 			w.log.Warn("object exceeds the NATS max payload; sent as a reference", zap.String("object", meta.Namespace+"/"+meta.Name),
 				zap.Int("bytes", len(it.Object.Raw)))
@@ -286,11 +285,3 @@ func (r *relay) track(w *watch, it *source.Item) {
 	}
 }
 
-// isOversize reports a message downgraded to a reference payload.
-// TODO(relay): replace with a field on event.Message.
-func isOversize(m *event.Message) bool {
-	if len(m.Header["ce-relaydoversize"]) > 0 {
-		return true
-	}
-	return bytes.Contains(m.Data, []byte(`"relaydoversize":true`))
-}

@@ -220,7 +220,7 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 		case err == nil:
 			// The server ended the watch (timeoutSeconds): resume at once.
 		case errors.Is(err, errStreamingUnsupported):
-			w.log.Info("the apiserver refused the streaming list; using paginated LIST from now on", zap.Error(err))
+			w.log.Warn("the apiserver refused the streaming list; using paginated LIST from now on", zap.Error(err))
 			w.noStream = true
 			continue
 		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
@@ -431,6 +431,8 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 				w.log.Error("skipping unparsable list item (reported, not published)", zap.Error(err))
 				continue
 			}
+			// LIST items of built-in kinds carry no apiVersion/kind.
+			obj.DefaultTypeMeta(w.o.Resource.APIVersion(), w.o.Resource.Kind)
 			n++
 			it := &Item{Kind: ItemObject, Type: event.Added, Origin: origin, Object: obj, Epoch: s.Epoch, ReadAt: time.Now()}
 			if err := h(ctx, it); err != nil {

@@ -1,0 +1,169 @@
+package event
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func BenchmarkParseObject(b *testing.B) {
+	raw := loadPod(b)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseObject(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseWatchEvent(b *testing.B) {
+	frame := append(append([]byte(`{"type":"MODIFIED","object":`), loadPod(b)...), '}')
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := ParseWatchEvent(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseWatchFrame(b *testing.B) {
+	frame := append(append([]byte(`{"type":"MODIFIED","object":`), loadPod(b)...), '}')
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := ParseWatchFrame(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAppendPayload(b *testing.B) {
+	o, err := ParseObject(loadPod(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []PayloadMode{PayloadFull, PayloadMetadata, PayloadReference} {
+		b.Run(string(mode), func(b *testing.B) {
+			dst := make([]byte, 0, 16<<10)
+			b.ReportAllocs()
+			for b.Loop() {
+				dst = o.AppendPayload(dst[:0], mode, false)
+			}
+			b.SetBytes(int64(len(dst)))
+		})
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	for _, binary := range []bool{false, true} {
+		name := "structured"
+		if binary {
+			name = "binary"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := newTestEncoder(b, EncoderOptions{Cluster: "prod", Source: "pods", Binary: binary, MaxPayload: 1 << 20})
+			c, _ := podChange(b, PayloadFull)
+			b.SetBytes(int64(len(c.Data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.Encode(c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPipeline is the per-event hot path of a source: parse the watch
+// frame, build the full payload, encode the structured event.
+func BenchmarkPipeline(b *testing.B) {
+	frame := append(append([]byte(`{"type":"MODIFIED","object":`), loadPod(b)...), '}')
+	e := newTestEncoder(b, EncoderOptions{Cluster: "prod", Source: "pods", MaxPayload: 1 << 20})
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		typ, o, err := ParseWatchEvent(frame)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t, _ := TypeFromWatch(typ)
+		c := Change{Type: t, Origin: OriginWatch, Epoch: 1, Time: testTime, Resource: podsResource, Meta: o.Meta,
+			Payload: PayloadFull, Data: o.AppendPayload(nil, PayloadFull, false)}
+		if _, err := e.Encode(&c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeToken(b *testing.B) {
+	for _, tc := range []struct{ name, in string }{
+		{"plain", "checkout-api-7f9c8d6b5-x2k4p"},
+		{"escaped", "node-17.eu-west-1.compute.internal"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = EncodeToken(tc.in)
+			}
+		})
+	}
+}
+
+func BenchmarkSubject(b *testing.B) {
+	e := newTestEncoder(b, EncoderOptions{Cluster: "prod", Source: "pods"})
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = e.Subject(deployResource, "shop", "checkout-api", Modified)
+	}
+}
+
+// Baselines: what the same input costs with encoding/json.
+
+func BenchmarkBaselineJSONValid(b *testing.B) {
+	raw := loadPod(b)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if !json.Valid(raw) {
+			b.Fatal("invalid")
+		}
+	}
+}
+
+func BenchmarkBaselineUnmarshalMeta(b *testing.B) {
+	raw := loadPod(b)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var v struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Namespace       string `json:"namespace"`
+				Name            string `json:"name"`
+				UID             string `json:"uid"`
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(raw, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkBaselineUnmarshalMapStripMarshal(b *testing.B) {
+	raw := loadPod(b)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var v map[string]any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			b.Fatal(err)
+		}
+		delete(v["metadata"].(map[string]any), "managedFields")
+		if _, err := json.Marshal(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
