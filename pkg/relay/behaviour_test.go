@@ -350,7 +350,9 @@ func TestPaginatedListFallbackWhenStreamingListIsRefused(t *testing.T) {
 	}
 	f.start(nil, true)
 	live := f.createCM("live", nil, nil)
-	want = append(want, isSync("completed"), func(m msg) bool { return isEvent("added", "live", live.ResourceVersion)(m) && m.Env.RelaydOrigin == "watch" })
+	want = append(want, isSync("completed"), func(m msg) bool {
+		return isEvent("added", "live", live.ResourceVersion)(m) && m.Env.RelaydOrigin == "watch"
+	})
 	got := f.waitStored(30*time.Second, want...)
 	for _, m := range got {
 		if strings.HasPrefix(m.Env.K8sName, "pre-") && m.Env.RelaydOrigin != "initial" {

@@ -284,4 +284,3 @@ func (r *relay) track(w *watch, it *source.Item) {
 		r.m.TrackedObjects.WithLabelValues(w.src.Name).Add(float64(d))
 	}
 }
-
