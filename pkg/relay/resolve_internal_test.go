@@ -1,0 +1,59 @@
+package relay
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/config"
+)
+
+// resolve against a real apiserver's discovery: the errors a user sees for
+// a bad source.
+func TestResolveAgainstRealDiscovery(t *testing.T) {
+	e, err := testenv.Start(t.Context(), testenv.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Stop)
+	cs, err := kubernetes.NewForConfig(e.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	disco := cs.Discovery()
+	cases := []struct {
+		name string
+		src  config.Source
+		want string // error substring, or "" for success
+		res  string
+		nsd  bool
+	}{
+		{"core kind", config.Source{APIVersion: "v1", Kind: "ConfigMap"}, "", "configmaps", true},
+		{"group kind", config.Source{APIVersion: "apps/v1", Kind: "Deployment"}, "", "deployments", true},
+		{"cluster-scoped", config.Source{APIVersion: "v1", Kind: "Namespace"}, "", "namespaces", false},
+		{"by resource", config.Source{Resource: &config.Resource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}}, "", "roles", true},
+		{"unknown kind", config.Source{APIVersion: "v1", Kind: "Nope"}, "kind Nope is not served in v1 (served: ", "", false},
+		{"unknown group", config.Source{APIVersion: "example.org/v9", Kind: "Thing"}, "apiVersion example.org/v9 is not served by the apiserver (is its CRD or API service installed?)", "", false},
+		{"not watchable", config.Source{APIVersion: "v1", Kind: "Binding"}, "kind Binding in v1 cannot be watched (verbs: create)", "", false},
+		{"namespaces on cluster kind", config.Source{APIVersion: "v1", Kind: "Node", Namespaces: []string{"a"}}, "kind Node in v1 is cluster-scoped, but namespaces are set", "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := resolve(disco, &c.src)
+			if c.want != "" {
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("got %v, want an error containing %q", err, c.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Resource != c.res || r.Namespaced != c.nsd {
+				t.Fatalf("got %+v, want resource %s namespaced=%v", r, c.res, c.nsd)
+			}
+		})
+	}
+}
