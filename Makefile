@@ -33,6 +33,10 @@ build: ## Build bin/relayd (static, trimmed, version-stamped).
 testenv-bins: ## Build etcd + kube-apiserver for tests into .cache/ (cold: ~8-12 min; then cached).
 	hack/testenv-bins.sh >/dev/null
 
+.PHONY: demo
+demo: testenv-bins build ## Run relayd against local etcd + kube-apiserver + NATS and watch the events arrive (Ctrl-C stops it all).
+	RELAYD_BIN=$(RELAYD_BIN) $(GO) run ./internal/demo
+
 .PHONY: vet
 vet: ## go vet.
 	$(GO) vet ./...

@@ -177,6 +177,7 @@ func newLogger(level, format string, out io.Writer) (*zap.Logger, error) {
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.TimeKey = "ts"
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg.EncodeDuration = zapcore.StringDurationEncoder
 	var enc zapcore.Encoder
 	switch format {
 	case "json":

@@ -229,8 +229,11 @@ func (r *relay) connectNATS() error {
 			r.m.NATSConnected.Set(1)
 			r.log.Info("reconnected to NATS", zap.String("url", c.ConnectedUrlRedacted()))
 		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
 			r.m.NATSConnected.Set(0)
+			if c.IsClosed() {
+				return // our own Close at shutdown, not an outage
+			}
 			r.log.Warn("disconnected from NATS; publishes are held back until it returns", zap.Error(err))
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { r.m.NATSConnected.Set(0) }),

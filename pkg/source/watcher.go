@@ -378,6 +378,12 @@ func (w *Watcher) endList(ctx context.Context, h Handler, s event.SyncEvent, rv 
 	s.Completed = true
 	s.ToResourceVersion = rv
 	s.Counts = event.SyncCounts{Total: n}
+	if s.Reason == metrics.ReasonInitial {
+		// Everything in a first list is new. After a 410 relayd cannot yet
+		// tell added from modified or unchanged (that needs the object index
+		// of the gap-recovery work), so only total is set then.
+		s.Counts.Added = n
+	}
 	s.Time = time.Now()
 	w.mu.Lock()
 	w.rv = rv
