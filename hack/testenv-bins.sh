@@ -12,8 +12,11 @@ ETCD_VERSION=v3.7.0
 dir=${RELAYD_TESTENV_BIN:-$root/.cache/testenv/k8s-$K8S_VERSION-etcd-$ETCD_VERSION}
 mkdir -p "$dir"
 
-have_apiserver() { [ -x "$dir/kube-apiserver" ] && "$dir/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $K8S_VERSION"; }
-have_etcd() { [ -x "$dir/etcd" ] && "$dir/etcd" --version 2>/dev/null | grep -q "etcd Version: ${ETCD_VERSION#v}"; }
+# Capture --version output before matching: with pipefail, `cmd | grep -q`
+# fails at random when grep exits early and cmd dies of SIGPIPE.
+version_of() { [ -x "$1" ] && "$1" --version 2>/dev/null || true; }
+have_apiserver() { [[ "$(version_of "$dir/kube-apiserver")" == "Kubernetes $K8S_VERSION" ]]; }
+have_etcd() { [[ "$(version_of "$dir/etcd")" == *"etcd Version: ${ETCD_VERSION#v}"* ]]; }
 
 cd "$root/tools"
 if ! have_etcd; then
