@@ -6,8 +6,6 @@
 package metrics
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -30,29 +28,28 @@ const (
 
 // Metrics is the full set. Construct with New.
 type Metrics struct {
-	Events            *prometheus.CounterVec   // source, type, origin
-	EventsFiltered    *prometheus.CounterVec   // source
-	WatchRestarts     *prometheus.CounterVec   // source, reason
-	Relists           *prometheus.CounterVec   // source, reason
-	ResyncMarkers     *prometheus.CounterVec   // source, marker
-	Bookmarks         *prometheus.CounterVec   // source
-	LastEvent         *prometheus.GaugeVec     // source
-	LastBookmark      *prometheus.GaugeVec     // source
-	Lag               *prometheus.HistogramVec // source
-	InFlight          *prometheus.GaugeVec     // source
-	PublishErrors     *prometheus.CounterVec   // source, reason
-	Duplicates        *prometheus.CounterVec   // source
-	Oversize          *prometheus.CounterVec   // source
-	CheckpointWrites  prometheus.Counter
-	CheckpointErrors  prometheus.Counter
-	CheckpointAge     *prometheus.GaugeVec // source
-	NATSConnected     prometheus.Gauge
-	SourceUp          *prometheus.GaugeVec // source
-	SourceLeader      *prometheus.GaugeVec // source
-	TrackedObjects    *prometheus.GaugeVec // source
-	Epoch             *prometheus.GaugeVec // source
-	SourcePanics      *prometheus.CounterVec
-	checkpointWritten map[string]time.Time
+	Events           *prometheus.CounterVec   // source, type, origin
+	EventsFiltered   *prometheus.CounterVec   // source
+	WatchRestarts    *prometheus.CounterVec   // source, reason
+	Relists          *prometheus.CounterVec   // source, reason
+	ResyncMarkers    *prometheus.CounterVec   // source, marker
+	Bookmarks        *prometheus.CounterVec   // source
+	LastEvent        *prometheus.GaugeVec     // source
+	LastBookmark     *prometheus.GaugeVec     // source
+	Lag              *prometheus.HistogramVec // source
+	InFlight         *prometheus.GaugeVec     // source
+	PublishErrors    *prometheus.CounterVec   // source, reason
+	Duplicates       *prometheus.CounterVec   // source
+	Oversize         *prometheus.CounterVec   // source
+	CheckpointWrites prometheus.Counter
+	CheckpointErrors prometheus.Counter
+	CheckpointAge    *prometheus.GaugeVec // source
+	NATSConnected    prometheus.Gauge
+	SourceUp         *prometheus.GaugeVec // source
+	SourceLeader     *prometheus.GaugeVec // source
+	TrackedObjects   *prometheus.GaugeVec // source
+	Epoch            *prometheus.GaugeVec // source
+	SourcePanics     *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them, with the Go and process
@@ -128,7 +125,6 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		SourcePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relayd_source_panics_total", Help: "Panics recovered in a source goroutine (the source is restarted).",
 		}, src),
-		checkpointWritten: map[string]time.Time{},
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "relayd_build_info", Help: "Build information; always 1.",

@@ -169,7 +169,7 @@ func TestSelectorsNamespacesAndEventTypeFilter(t *testing.T) {
 	mk(f.ns, "unlabelled", nil)
 	mk(f.ns, "skipme", web)
 	mk(f.ns+"-c", "other-ns", web)
-	in1 = f.updateCM(in1, "k", "v") // modified: filtered out
+	f.updateCM(in1, "k", "v") // modified: filtered out
 	f.deleteCM("in-a")
 	f.waitStored(20*time.Second, isEvent("added", "in-a", ""), isEvent("added", "in-b", ""), isEvent("deleted", "in-a", ""))
 	// Let anything wrongly published arrive, then check nothing else is there.
@@ -196,7 +196,6 @@ func TestSelectorsNamespacesAndEventTypeFilter(t *testing.T) {
 		}
 		return nil
 	})
-	_ = in1
 }
 
 func TestPayloadModesAndOversize(t *testing.T) {

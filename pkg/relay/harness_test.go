@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"text/template"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
@@ -373,6 +371,3 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 	}
 	return -1
 }
-
-var _ = testutil.ToFloat64 // lint helpers are used in metrics_test.go
-var _ sync.Mutex

@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -160,6 +159,10 @@ func TestEveryEventTypeForBuiltinAndCRD(t *testing.T) {
 	if v := metricValue(t, r.reg, "relayd_events_total", map[string]string{"source": "cms", "type": "deleted", "origin": "watch"}); v != 1 {
 		t.Errorf("relayd_events_total{cms,deleted,watch} = %v, want 1", v)
 	}
+	// Sync markers are not object events: no series with an empty type.
+	if v := metricValue(t, r.reg, "relayd_events_total", map[string]string{"type": ""}); v != -1 {
+		t.Errorf("relayd_events_total has a series with an empty type (value %v)", v)
+	}
 
 	// The checkpoint reaches the last acked position of each watch.
 	f.eventually(10*time.Second, "checkpoint written", func() error {
@@ -169,5 +172,4 @@ func TestEveryEventTypeForBuiltinAndCRD(t *testing.T) {
 		}
 		return nil
 	})
-	_ = context.Background
 }

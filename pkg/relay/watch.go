@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -37,6 +38,8 @@ type watch struct {
 	enc         *event.Encoder
 	filter      map[event.Type]bool
 	tracked     int64 // objects known to this watch (for relayd_tracked_objects)
+	trackedG    prometheus.Gauge
+	filtered    prometheus.Counter
 	established atomic.Bool
 	up          atomic.Bool
 }
@@ -62,7 +65,8 @@ func (r *relay) buildWatches() {
 			filter[event.Type(t)] = src.Publishes(t)
 		}
 		for _, ns := range namespaces {
-			w := &watch{src: src, namespace: ns, key: checkpoint.Key(src.Name, ns), filter: filter}
+			w := &watch{src: src, namespace: ns, key: checkpoint.Key(src.Name, ns), filter: filter,
+				trackedG: r.m.TrackedObjects.WithLabelValues(src.Name), filtered: r.m.EventsFiltered.WithLabelValues(src.Name)}
 			w.log = r.log.With(zap.String("source", src.Name), zap.String("namespace", ns))
 			w.pipe = r.sink.NewPipeline(src.Name, func(a sink.Advance) {
 				r.store.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch}, a.BookmarkOnly)
@@ -76,8 +80,7 @@ func (r *relay) buildWatches() {
 // after any error and recovers panics, so one bad source never stops the
 // others.
 func (r *relay) supervise(ctx context.Context, w *watch) {
-	b := r.cfg.Watch.RelistBackoff
-	backoff := wait.Backoff{Duration: b.Initial.Duration(), Factor: b.Factor, Jitter: b.JitterFraction(), Steps: 1 << 30, Cap: b.Max.Duration()}
+	backoff := r.relistBackoff()
 	for {
 		t0 := time.Now()
 		err := r.runOnce(ctx, w)
@@ -86,7 +89,7 @@ func (r *relay) supervise(ctx context.Context, w *watch) {
 		}
 		r.setUp(w, false)
 		if time.Since(t0) > 5*time.Minute {
-			backoff = wait.Backoff{Duration: b.Initial.Duration(), Factor: b.Factor, Jitter: b.JitterFraction(), Steps: 1 << 30, Cap: b.Max.Duration()}
+			backoff = r.relistBackoff()
 		}
 		d := backoff.Step()
 		w.log.Error("source stopped; restarting", zap.Error(err), zap.Duration("in", d))
@@ -96,6 +99,12 @@ func (r *relay) supervise(ctx context.Context, w *watch) {
 		case <-time.After(d):
 		}
 	}
+}
+
+// relistBackoff is watch.relistBackoff from the config, fresh (unstepped).
+func (r *relay) relistBackoff() wait.Backoff {
+	b := r.cfg.Watch.RelistBackoff
+	return wait.Backoff{Duration: b.Initial.Duration(), Factor: b.Factor, Jitter: b.JitterFraction(), Steps: 1 << 30, Cap: b.Max.Duration()}
 }
 
 var errPanic = errors.New("panic")
@@ -150,11 +159,8 @@ func (r *relay) runOnce(ctx context.Context, w *watch) (err error) {
 			LabelSelector: w.src.LabelSelector, FieldSelector: w.src.FieldSelector,
 			Timeout: r.cfg.Watch.Timeout.Duration(), IdleTimeout: r.cfg.Watch.IdleTimeout.Duration(),
 			PageSize: int64(r.cfg.Watch.PageSize),
-			Backoff: wait.Backoff{
-				Duration: r.cfg.Watch.RelistBackoff.Initial.Duration(), Factor: r.cfg.Watch.RelistBackoff.Factor,
-				Jitter: r.cfg.Watch.RelistBackoff.JitterFraction(), Steps: 1 << 30, Cap: r.cfg.Watch.RelistBackoff.Max.Duration(),
-			},
-			Logger: r.log.Named("source"), Metrics: r.m,
+			Backoff:  r.relistBackoff(),
+			Logger:   r.log.Named("source"), Metrics: r.m,
 			OnState: func(up bool) { r.setUp(w, up) },
 		})
 		if err != nil {
@@ -228,7 +234,7 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 		}
 		r.track(w, it)
 		if !w.filter[it.Type] {
-			r.m.EventsFiltered.WithLabelValues(w.src.Name).Inc()
+			w.filtered.Inc()
 			return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 		}
 		data := it.Object.AppendPayload(nil, event.PayloadMode(w.src.Payload), w.src.KeepManagedFields)
@@ -259,7 +265,7 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 	case source.ItemSyncStarted, source.ItemSyncCompleted:
 		marker := "started"
 		if it.Kind == source.ItemSyncStarted {
-			r.m.TrackedObjects.WithLabelValues(w.src.Name).Sub(float64(w.tracked))
+			w.trackedG.Sub(float64(w.tracked))
 			w.tracked = 0
 		} else {
 			marker = "completed"
@@ -281,6 +287,6 @@ func (r *relay) track(w *watch, it *source.Item) {
 	}
 	if d != 0 {
 		w.tracked += d
-		r.m.TrackedObjects.WithLabelValues(w.src.Name).Add(float64(d))
+		w.trackedG.Add(float64(d))
 	}
 }

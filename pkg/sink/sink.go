@@ -28,6 +28,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -99,6 +100,11 @@ type Entry struct {
 	Bookmark bool
 }
 
+type eventKey struct {
+	t event.Type
+	o event.Origin
+}
+
 type pending struct {
 	e      Entry
 	future jetstream.PubAckFuture // nil if the first publish failed synchronously
@@ -121,6 +127,12 @@ type Pipeline struct {
 	lastEp   uint64
 	unacked  int // published, not yet acked (for the in-flight gauge on Close)
 
+	// Metric children resolved once, not per event.
+	inFlight prometheus.Gauge
+	lag      prometheus.Observer
+	dups     prometheus.Counter
+	events   map[eventKey]prometheus.Counter
+
 	stopped chan struct{}
 	cancel  context.CancelFunc
 }
@@ -138,6 +150,15 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 		inflight: map[string]chan struct{}{},
 		stopped:  make(chan struct{}),
 		cancel:   cancel,
+		inFlight: s.o.Metrics.InFlight.WithLabelValues(source),
+		lag:      s.o.Metrics.Lag.WithLabelValues(source),
+		dups:     s.o.Metrics.Duplicates.WithLabelValues(source),
+		events:   map[eventKey]prometheus.Counter{},
+	}
+	for _, t := range []event.Type{event.Added, event.Modified, event.Deleted} {
+		for _, o := range []event.Origin{event.OriginWatch, event.OriginInitial, event.OriginResync} {
+			p.events[eventKey{t, o}] = s.o.Metrics.Events.WithLabelValues(source, string(t), string(o))
+		}
 	}
 	go p.run(ctx)
 	return p
@@ -169,7 +190,7 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 		p.mu.Lock()
 		p.unacked++
 		p.mu.Unlock()
-		p.s.o.Metrics.InFlight.WithLabelValues(p.source).Inc()
+		p.inFlight.Inc()
 		f, err := p.publish(e.Msg)
 		if err != nil {
 			// E.g. disconnected with a full reconnect buffer: the pipeline
@@ -284,17 +305,19 @@ func (p *Pipeline) await(ctx context.Context, pe *pending) bool {
 		if pe.future != nil {
 			select {
 			case ack := <-pe.future.Ok():
-				m := p.s.o.Metrics
-				m.InFlight.WithLabelValues(p.source).Dec()
+				p.inFlight.Dec()
 				p.mu.Lock()
 				p.unacked--
 				p.mu.Unlock()
 				if ack.Duplicate {
-					m.Duplicates.WithLabelValues(p.source).Inc()
+					p.dups.Inc()
 				}
-				m.Events.WithLabelValues(p.source, string(pe.e.Type), string(pe.e.Origin)).Inc()
+				// Object events only; control events (sync markers) have no type.
+				if c, ok := p.events[eventKey{pe.e.Type, pe.e.Origin}]; ok {
+					c.Inc()
+				}
 				if !pe.e.ReadAt.IsZero() {
-					m.Lag.WithLabelValues(p.source).Observe(time.Since(pe.e.ReadAt).Seconds())
+					p.lag.Observe(time.Since(pe.e.ReadAt).Seconds())
 				}
 				p.release(pe)
 				if attempt > 0 {
@@ -362,6 +385,6 @@ func (p *Pipeline) Close() {
 	p.unacked = 0
 	p.mu.Unlock()
 	if n > 0 {
-		p.s.o.Metrics.InFlight.WithLabelValues(p.source).Sub(float64(n))
+		p.inFlight.Sub(float64(n))
 	}
 }

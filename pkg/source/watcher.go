@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,6 +113,10 @@ type Watcher struct {
 	o   Options
 	log *zap.Logger
 
+	// Per-frame metric children, resolved once.
+	lastEvent, lastBookmark prometheus.Gauge
+	bookmarks               prometheus.Counter
+
 	mu       sync.Mutex
 	rv       string // last resourceVersion read ("" before the first list/watch)
 	epoch    uint64
@@ -157,7 +162,12 @@ func New(o Options) (*Watcher, error) {
 	if o.OnState == nil {
 		o.OnState = func(bool) {}
 	}
-	return &Watcher{o: o, log: o.Logger.With(zap.String("source", o.Source), zap.String("namespace", o.Namespace))}, nil
+	return &Watcher{
+		o: o, log: o.Logger.With(zap.String("source", o.Source), zap.String("namespace", o.Namespace)),
+		lastEvent:    o.Metrics.LastEvent.WithLabelValues(o.Source),
+		lastBookmark: o.Metrics.LastBookmark.WithLabelValues(o.Source),
+		bookmarks:    o.Metrics.Bookmarks.WithLabelValues(o.Source),
+	}, nil
 }
 
 // Position is the last resourceVersion read and the current epoch.
@@ -521,16 +531,21 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 			return err
 		}
 		readAt := time.Now()
-		typ, obj, err := event.ParseWatchFrame(frame)
+		// One pass over the frame for type, object and its metadata. Only an
+		// ERROR frame may carry an object without metadata (a Status).
+		typ, o, err := event.ParseWatchEvent(frame)
+		obj := o.Raw
 		if err != nil {
-			return fmt.Errorf("bad watch frame: %w", err)
+			var ferr error
+			if typ, obj, ferr = event.ParseWatchFrame(frame); ferr != nil {
+				return fmt.Errorf("bad watch frame: %w", ferr)
+			}
+			if typ != "ERROR" {
+				return fmt.Errorf("bad object in %s watch frame: %w", typ, err)
+			}
 		}
 		switch typ {
 		case "ADDED", "MODIFIED", "DELETED":
-			o, err := event.ParseObject(obj)
-			if err != nil {
-				return fmt.Errorf("bad object in watch frame: %w", err)
-			}
 			t, _ := event.TypeFromWatch(typ)
 			it := &Item{Kind: ItemObject, Type: t, Origin: origin, Object: o, Epoch: w.epoch, ReadAt: readAt}
 			if streamList {
@@ -538,7 +553,7 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 			} else {
 				it.ResourceVersion = o.Meta.ResourceVersion
 				w.setRV(o.Meta.ResourceVersion)
-				w.o.Metrics.LastEvent.WithLabelValues(w.o.Source).Set(float64(readAt.UnixNano()) / 1e9)
+				w.lastEvent.Set(float64(readAt.UnixNano()) / 1e9)
 			}
 			idle.Stop()
 			if err := h(ctx, it); err != nil {
@@ -546,10 +561,6 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 			}
 			idle.Reset(w.o.IdleTimeout)
 		case "BOOKMARK":
-			o, err := event.ParseObject(obj)
-			if err != nil {
-				return fmt.Errorf("bad bookmark: %w", err)
-			}
 			rv := o.Meta.ResourceVersion
 			idle.Stop()
 			if streamList && bytes.Contains(obj, initialEventsEnd) {
@@ -558,8 +569,8 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 				}
 				streamList, origin = false, event.OriginWatch
 			} else if !streamList && rv != "" {
-				w.o.Metrics.Bookmarks.WithLabelValues(w.o.Source).Inc()
-				w.o.Metrics.LastBookmark.WithLabelValues(w.o.Source).Set(float64(readAt.UnixNano()) / 1e9)
+				w.bookmarks.Inc()
+				w.lastBookmark.Set(float64(readAt.UnixNano()) / 1e9)
 				w.setRV(rv)
 				if err := h(ctx, &Item{Kind: ItemBookmark, ResourceVersion: rv, Epoch: w.epoch, ReadAt: readAt}); err != nil {
 					return handlerError{err}
