@@ -103,25 +103,16 @@ func TestNATSOutageHoldsCheckpointAndLosesNothing(t *testing.T) {
 	x := f.createCM("x", nil, nil)
 	f.waitStored(20*time.Second, isEvent("added", "x", x.ResourceVersion))
 	key := "cms." + f.ns
-	f.eventually(10*time.Second, "checkpoint at x", func() error {
-		if got := f.checkpoints()[key].ResourceVersion; got != x.ResourceVersion {
-			return fmt.Errorf("checkpoint %q, want %q", got, x.ResourceVersion)
-		}
-		return nil
-	})
+	f.checkpointWithin(key, x.ResourceVersion, "")
 
 	n.Stop()
 	y := f.createCM("y", nil, nil)
+	firstUnacked := y.ResourceVersion
 	y = f.updateCM(y, "k", "v")
 	z := f.createCM("z", nil, nil)
-	// Several flush intervals pass: the checkpoint must not move past x,
-	// and readiness reports the outage.
-	for i := 0; i < 10; i++ {
-		time.Sleep(200 * time.Millisecond)
-		if got := f.checkpoints()[key].ResourceVersion; got != x.ResourceVersion {
-			t.Fatalf("checkpoint moved to %q while NATS was down (acked watermark is %q)", got, x.ResourceVersion)
-		}
-	}
+	// Several flush intervals pass: the checkpoint must not reach y, and
+	// readiness reports the outage.
+	f.checkpointHolds(key, firstUnacked)
 	if err := r.readyErr(); err == nil || !strings.Contains(err.Error(), "NATS") {
 		t.Errorf("readyz during the outage: %v, want not ready naming NATS", err)
 	}
@@ -130,12 +121,7 @@ func TestNATSOutageHoldsCheckpointAndLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitStored(60*time.Second, isEvent("added", "y", ""), isEvent("modified", "y", y.ResourceVersion), isEvent("added", "z", z.ResourceVersion))
-	f.eventually(20*time.Second, "checkpoint at z", func() error {
-		if got := f.checkpoints()[key].ResourceVersion; got != z.ResourceVersion {
-			return fmt.Errorf("checkpoint %q, want %q", got, z.ResourceVersion)
-		}
-		return nil
-	})
+	f.checkpointWithin(key, z.ResourceVersion, "")
 	if v := metricValue(t, r.reg, "relayd_publish_errors_total", map[string]string{"source": "cms"}); v <= 0 {
 		t.Logf("note: no publish error counted (the outage was absorbed by the reconnect buffer)")
 	}

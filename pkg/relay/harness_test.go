@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"text/template"
@@ -65,6 +66,48 @@ sources:
 {{.Sources}}
 `
 
+var fixtureSeq int
+
+// rvNum parses a resourceVersion as a number. Only tests may do this: they
+// know the store is etcd. relayd itself treats resourceVersions as opaque.
+func rvNum(t *testing.T, rv string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %q: %v", rv, err)
+	}
+	return n
+}
+
+// checkpointWithin waits until the checkpoint of key is in [lo, hi) (hi 0 =
+// no upper bound): at or past the last acked event, and never at or past
+// the first event not yet stored. Bookmarks may move it anywhere in between.
+func (f *fixture) checkpointWithin(key, lo, hi string) {
+	f.t.Helper()
+	f.eventually(20*time.Second, "checkpoint of "+key, func() error {
+		got := f.checkpoints()[key].ResourceVersion
+		if got == "" {
+			return fmt.Errorf("no checkpoint")
+		}
+		n := rvNum(f.t, got)
+		if n < rvNum(f.t, lo) || (hi != "" && n >= rvNum(f.t, hi)) {
+			return fmt.Errorf("checkpoint %s, want in [%s, %s)", got, lo, hi)
+		}
+		return nil
+	})
+}
+
+// checkpointHolds checks several times that the checkpoint never reaches hi.
+func (f *fixture) checkpointHolds(key, hi string) {
+	f.t.Helper()
+	for range 10 {
+		if got := f.checkpoints()[key].ResourceVersion; got == "" || rvNum(f.t, got) >= rvNum(f.t, hi) {
+			f.t.Fatalf("checkpoint %q reached %s, an event that is not acknowledged", got, hi)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // fixture is one test's namespace, stream and relay config.
 type fixture struct {
 	t       *testing.T
@@ -85,7 +128,8 @@ func newFixture(t *testing.T, e *testenv.Env, n *testenv.NATS, sources string) *
 	if len(name) > 40 {
 		name = name[:40]
 	}
-	name = strings.Trim(name, "-")
+	fixtureSeq++
+	name = fmt.Sprintf("%s-%d", strings.Trim(name, "-"), fixtureSeq) // unique under -count=N
 	f := &fixture{t: t, env: e, nats: n, ns: name, cluster: "c" + fmt.Sprint(time.Now().UnixNano()%1e6), stream: "S" + fmt.Sprint(time.Now().UnixNano()%1e9)}
 	cs, err := kubernetes.NewForConfig(e.AdminConfig())
 	if err != nil {
