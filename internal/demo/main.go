@@ -35,7 +35,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -58,8 +57,7 @@ const (
 )
 
 var (
-	crdGVR    = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	widgetGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	widgetGVR = testenv.WidgetGVR
 )
 
 // The watches in relayd.yaml.tmpl, as `relayd tail` prints their sync
@@ -222,44 +220,8 @@ func (d *demo) prepareCluster(ctx context.Context) error {
 	d.out.say("ConfigMap %s/%s created empty: relayd keeps its position there (deploy/ ships it the same way)", checkpointNS, checkpointName)
 
 	t0 := time.Now()
-	crd := map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-		"metadata": map[string]any{"name": "widgets.example.com"},
-		"spec": map[string]any{
-			"group": "example.com", "scope": "Namespaced",
-			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-			"versions": []any{map[string]any{
-				"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{
-					"type": "object",
-					"properties": map[string]any{"spec": map[string]any{
-						"type":       "object",
-						"properties": map[string]any{"color": map[string]any{"type": "string"}, "size": map[string]any{"type": "integer"}},
-					}},
-				}},
-			}},
-		},
-	}
-	if _, err := d.dyn.Resource(crdGVR).Create(ctx, &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create CRD widgets.example.com: %w", err)
-	}
-	// Served: the resource answers a LIST and discovery lists it (relayd
-	// resolves apiVersion + kind through discovery).
-	err := poll(ctx, 30*time.Second, func() error {
-		if _, err := d.dyn.Resource(widgetGVR).List(ctx, metav1.ListOptions{}); err != nil {
-			return err
-		}
-		rl, err := d.cs.Discovery().ServerResourcesForGroupVersion("example.com/v1")
-		if err != nil {
-			return err
-		}
-		if !slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Kind == "Widget" }) {
-			return errors.New("discovery does not list kind Widget yet")
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("CRD widgets.example.com not served: %w", err)
+	if err := d.env.InstallWidgetCRD(ctx); err != nil {
+		return err
 	}
 	d.out.say("CRD widgets.example.com (kind Widget, namespaced) installed and served in %s", time.Since(t0).Round(time.Millisecond))
 	return nil

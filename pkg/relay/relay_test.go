@@ -9,41 +9,24 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/relayd/relayd/internal/testenv"
 )
 
-var widgetGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+var widgetGVR = testenv.WidgetGVR
 
-// installWidgetCRD installs widgets.example.com once (cluster-scoped object,
-// shared by tests) and waits until it is served.
+// installWidgetCRD installs widgets.example.com (shared by tests) and
+// returns a dynamic client.
 func installWidgetCRD(t *testing.T, f *fixture) dynamic.Interface {
 	t.Helper()
+	if err := f.env.InstallWidgetCRD(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	dyn, err := dynamic.NewForConfig(f.env.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	crd := map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-		"metadata": map[string]any{"name": "widgets.example.com"},
-		"spec": map[string]any{
-			"group": "example.com", "scope": "Namespaced",
-			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-			"versions": []any{map[string]any{
-				"name": "v1", "served": true, "storage": true,
-				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-			}},
-		},
-	}
-	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	_, err = dyn.Resource(crdGVR).Create(t.Context(), &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{})
-	if err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
-	f.eventually(30*time.Second, "CRD served", func() error {
-		_, err := dyn.Resource(widgetGVR).Namespace("default").List(t.Context(), metav1.ListOptions{})
-		return err
-	})
 	return dyn
 }
 
