@@ -116,6 +116,9 @@ func TestNATSOutageHoldsCheckpointAndLosesNothing(t *testing.T) {
 	if err := r.readyErr(); err == nil || !strings.Contains(err.Error(), "NATS") {
 		t.Errorf("readyz during the outage: %v, want not ready naming NATS", err)
 	}
+	if err := r.healthErr(); err != nil {
+		t.Errorf("healthz during the outage: %v, want 200 (liveness never depends on NATS)", err)
+	}
 
 	if err := n.Start(); err != nil {
 		t.Fatal(err)
@@ -344,4 +347,59 @@ func TestPaginatedListFallbackWhenStreamingListIsRefused(t *testing.T) {
 			t.Errorf("%s: origin %s, want initial", m.Env.K8sName, m.Env.RelaydOrigin)
 		}
 	}
+}
+
+func TestNATSDownAtStartConnectsInTheBackground(t *testing.T) {
+	n := testenv.NATST(t, testenv.NATSOptions{})
+	f := newFixture(t, env, n, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	n.Stop()
+	r := f.start(nil, false) // must not fail or exit: no crash loop
+	pre := f.createCM("before-nats", nil, nil)
+	time.Sleep(500 * time.Millisecond)
+	if err := r.readyErr(); err == nil || !strings.Contains(err.Error(), "NATS") {
+		t.Errorf("readyz without NATS: %v, want not ready naming NATS", err)
+	}
+	if err := r.healthErr(); err != nil {
+		t.Errorf("healthz without NATS: %v, want 200", err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "ready once NATS is up", r.readyErr)
+	live := f.createCM("after-nats", nil, nil)
+	f.waitStored(30*time.Second, isEvent("added", "before-nats", pre.ResourceVersion), isEvent("added", "after-nats", live.ResourceVersion))
+}
+
+func TestCorruptCheckpointKeepsRelaydUnreadyUntilFixed(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	ctx := t.Context()
+	cp, err := f.cs.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "cp"}, Data: map[string]string{"cms." + f.ns: "not json"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.start(nil, false)
+	f.createCM("x", nil, nil)
+	time.Sleep(time.Second)
+	if err := r.readyErr(); err == nil || !strings.Contains(err.Error(), "checkpoints not loaded") {
+		t.Errorf("readyz with a corrupt checkpoint: %v, want not ready: checkpoints not loaded", err)
+	}
+	if got := f.stored(); len(got) != 0 {
+		t.Errorf("published %d messages from a corrupt checkpoint (a silent re-snapshot):\n%s", len(got), dump(got))
+	}
+	// The operator deletes the bad key: the source starts over per `initial`.
+	delete(cp.Data, "cms."+f.ns)
+	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(60*time.Second, "ready after the fix", r.readyErr)
+	f.waitStored(20*time.Second, isEvent("added", "x", ""), isSync("completed"))
 }

@@ -220,6 +220,18 @@ func (r *running) readyErr() error {
 	return nil
 }
 
+func (r *running) healthErr() error {
+	resp, err := http.Get("http://" + r.healthAddr + "/healthz")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthz %d", resp.StatusCode)
+	}
+	return nil
+}
+
 func (r *running) stop(t *testing.T) {
 	if r.cancel == nil {
 		return
