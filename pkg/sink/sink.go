@@ -36,12 +36,17 @@ import (
 	"github.com/relayd/relayd/pkg/metrics"
 )
 
+// Publisher is the part of jetstream.JetStream the sink uses.
+type Publisher interface {
+	PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error)
+}
+
 // Options configures a Sink.
 type Options struct {
-	JetStream   jetstream.JetStream // required
-	Logger      *zap.Logger         // required
-	Metrics     *metrics.Metrics    // required
-	MaxInFlight int                 // per pipeline; default 256
+	JetStream   Publisher        // required; a jetstream.JetStream
+	Logger      *zap.Logger      // required
+	Metrics     *metrics.Metrics // required
+	MaxInFlight int              // per pipeline; default 256
 	// RetryBackoff paces retries of a failed publish; default 100ms doubling to 10s, jittered.
 	RetryBackoff wait.Backoff
 }

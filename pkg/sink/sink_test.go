@@ -1,0 +1,252 @@
+package sink
+
+// Narrow unit tests with a fake publisher, for orderings a real server does
+// not produce on demand (a publish failing while a later one succeeds).
+// The end-to-end behaviour against real NATS is in pkg/relay's tests.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/metrics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type future struct {
+	msg *nats.Msg
+	ok  chan *jetstream.PubAck
+	err chan error
+}
+
+func (f *future) Ok() <-chan *jetstream.PubAck { return f.ok }
+func (f *future) Err() <-chan error            { return f.err }
+func (f *future) Msg() *nats.Msg               { return f.msg }
+
+// fakePublisher records publishes in order; the test resolves each future.
+type fakePublisher struct {
+	mu        sync.Mutex
+	published []string // Nats-Msg-Id per publish attempt
+	futures   chan *future
+}
+
+func newFake() *fakePublisher { return &fakePublisher{futures: make(chan *future, 100)} }
+
+func (p *fakePublisher) PublishMsgAsync(m *nats.Msg, _ ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	f := &future{msg: m, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+	p.mu.Lock()
+	p.published = append(p.published, m.Header.Get(jetstream.MsgIDHeader))
+	p.mu.Unlock()
+	p.futures <- f
+	return f, nil
+}
+
+func (p *fakePublisher) order() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.published...)
+}
+
+// next returns the next publish attempt, failing the test after 2s.
+func (p *fakePublisher) next(t *testing.T) *future {
+	t.Helper()
+	select {
+	case f := <-p.futures:
+		return f
+	case <-time.After(2 * time.Second):
+		t.Fatal("no publish within 2s")
+		return nil
+	}
+}
+
+func (p *fakePublisher) none(t *testing.T) {
+	t.Helper()
+	select {
+	case f := <-p.futures:
+		t.Fatalf("unexpected publish of %s", f.msg.Header.Get(jetstream.MsgIDHeader))
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func ack(f *future)           { f.ok <- &jetstream.PubAck{} }
+func fail(f *future, e error) { f.err <- e }
+
+func newPipeline(t *testing.T, window int) (*fakePublisher, *Pipeline, *metrics.Metrics, chan Advance) {
+	t.Helper()
+	fake := newFake()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{JetStream: fake, Logger: zap.NewNop(), Metrics: m, MaxInFlight: window,
+		RetryBackoff: wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv := make(chan Advance, 100)
+	p := s.NewPipeline("src", func(a Advance) { adv <- a })
+	t.Cleanup(p.Close)
+	return fake, p, m, adv
+}
+
+func entry(id, uid, rv string) Entry {
+	msg := &event.Message{Subject: "k8s.c.core.v1.x.ns." + id + ".added", MsgID: id,
+		Header: map[string][]string{jetstream.MsgIDHeader: {id}}, Data: []byte("{}")}
+	return Entry{Msg: msg, ObjectKey: uid, ResourceVersion: rv, Type: event.Added, Origin: event.OriginWatch}
+}
+
+func TestFailedPublishIsRetriedWithoutReorderingItsObject(t *testing.T) {
+	fake, p, m, adv := newPipeline(t, 8)
+	ctx := t.Context()
+	if err := p.Submit(ctx, entry("a1", "A", "1")); err != nil {
+		t.Fatal(err)
+	}
+	a1 := fake.next(t)
+	if err := p.Submit(ctx, entry("b1", "B", "2")); err != nil { // another object: not gated
+		t.Fatal(err)
+	}
+	b1 := fake.next(t)
+	// A's next version must wait for a1's ack, so Submit blocks.
+	submitted := make(chan error, 1)
+	go func() { submitted <- p.Submit(ctx, entry("a2", "A", "3")) }()
+	fake.none(t)
+
+	fail(a1, errors.New("nats: timeout")) // a1 fails, b1 was stored
+	ack(b1)
+	a1retry := fake.next(t)
+	if got := a1retry.msg.Header.Get(jetstream.MsgIDHeader); got != "a1" {
+		t.Fatalf("retried %s, want a1 with the same Msg-Id", got)
+	}
+	fake.none(t) // still no a2
+	select {
+	case a := <-adv:
+		t.Fatalf("watermark advanced to %s while a1 is unacknowledged", a.ResourceVersion)
+	default:
+	}
+	ack(a1retry)
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	ack(fake.next(t)) // a2
+
+	want := []string{"a1", "b1", "a1", "a2"}
+	if got := fake.order(); len(got) != len(want) || got[0] != "a1" || got[1] != "b1" || got[2] != "a1" || got[3] != "a2" {
+		t.Fatalf("publish order %v, want %v", got, want)
+	}
+	for _, rv := range []string{"1", "2", "3"} {
+		select {
+		case a := <-adv:
+			if a.ResourceVersion != rv {
+				t.Fatalf("watermark %s, want %s (in submission order)", a.ResourceVersion, rv)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("no watermark %s", rv)
+		}
+	}
+	if v := testutil.ToFloat64(m.PublishErrors.WithLabelValues("src", "error")); v != 1 {
+		t.Errorf("publish errors = %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(m.Events.WithLabelValues("src", "added", "watch")); v != 3 {
+		t.Errorf("events = %v, want 3", v)
+	}
+	if v := testutil.ToFloat64(m.InFlight.WithLabelValues("src")); v != 0 {
+		t.Errorf("in flight = %v, want 0", v)
+	}
+}
+
+func TestFullWindowBlocksSubmitAndHoldsTheWatermark(t *testing.T) {
+	fake, p, _, adv := newPipeline(t, 2)
+	ctx := t.Context()
+	for i, id := range []string{"x", "y"} {
+		if err := p.Submit(ctx, entry(id, id, string(rune('1'+i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x, y := fake.next(t), fake.next(t)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := p.Submit(short, entry("z", "z", "3")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Submit with a full window: %v, want it to block until the deadline", err)
+	}
+	fake.none(t)
+	ack(y) // out of order: the watermark still waits for x
+	select {
+	case a := <-adv:
+		t.Fatalf("watermark %s before x was acked", a.ResourceVersion)
+	case <-time.After(100 * time.Millisecond):
+	}
+	ack(x)
+	if a := <-adv; a.ResourceVersion != "1" {
+		t.Fatalf("watermark %s, want 1", a.ResourceVersion)
+	}
+	if a := <-adv; a.ResourceVersion != "2" {
+		t.Fatalf("watermark %s, want 2", a.ResourceVersion)
+	}
+}
+
+func TestListItemsDoNotMoveTheWatermarkAndBookmarksAreMarked(t *testing.T) {
+	fake, p, _, adv := newPipeline(t, 8)
+	ctx := t.Context()
+	// A list: items carry no position; the completion marker does.
+	for _, e := range []Entry{entry("l1", "L1", ""), entry("l2", "L2", "")} {
+		if err := p.Submit(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack(fake.next(t))
+	ack(fake.next(t))
+	if err := p.Submit(ctx, Entry{ResourceVersion: "10"}); err != nil { // e.g. filtered / list end
+		t.Fatal(err)
+	}
+	a := <-adv
+	if a.ResourceVersion != "10" || a.BookmarkOnly {
+		t.Fatalf("advance %+v, want rv 10 not bookmark-only", a)
+	}
+	if err := p.Submit(ctx, Entry{ResourceVersion: "11", Bookmark: true}); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-adv; a.ResourceVersion != "11" || !a.BookmarkOnly {
+		t.Fatalf("advance %+v, want rv 11 bookmark-only", a)
+	}
+	if err := p.Submit(ctx, Entry{ResourceVersion: "11", Bookmark: true}); err != nil { // same rv: no advance
+		t.Fatal(err)
+	}
+	select {
+	case a := <-adv:
+		t.Fatalf("advanced again to the same position: %+v", a)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestDrainWaitsForAcksAndReportsWhatIsLeft(t *testing.T) {
+	fake, p, _, _ := newPipeline(t, 4)
+	ctx := t.Context()
+	if err := p.Submit(ctx, entry("d1", "D", "1")); err != nil {
+		t.Fatal(err)
+	}
+	f := fake.next(t)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := p.Drain(short); err == nil {
+		t.Fatal("Drain returned with a publish unacknowledged")
+	}
+	ack(f)
+	if err := p.Drain(ctx); err != nil {
+		t.Fatalf("Drain after the ack: %v", err)
+	}
+	if rv, _ := p.Watermark(); rv != "1" {
+		t.Fatalf("watermark %q after drain, want 1", rv)
+	}
+}
