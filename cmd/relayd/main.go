@@ -134,6 +134,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	err = relay.Run(ctx, relay.Options{
 		Config: cfg, RestConfig: restCfg, Logger: log, Registry: prometheus.NewRegistry(),
 		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr,
+		IndexCheck: os.Getenv(relay.IndexCheckEnv) == "1",
 	})
 	if err != nil {
 		log.Error("relayd stopped", zap.Error(err))

@@ -54,6 +54,17 @@ type Position struct {
 	Epoch uint64 `json:"epoch"`
 	// Updated is when relayd advanced to this position; set by [Store.Advance].
 	Updated time.Time `json:"updated"`
+	// Index is the object-index state this position matches: every index
+	// write up to it was acked into that bucket generation. Absent in
+	// checkpoints written before relayd kept an index.
+	Index *IndexRef `json:"index,omitempty"`
+}
+
+// IndexRef names a generation of the index bucket and a stream sequence the
+// bucket had reached (see pkg/index.Generation).
+type IndexRef struct {
+	Generation string `json:"generation"`
+	Seq        uint64 `json:"seq"`
 }
 
 // Options configures a [Store]. Client, Namespace, Name and Logger are

@@ -65,7 +65,26 @@ type NATS struct {
 	MaxInFlight int `yaml:"maxInFlight"`
 	// Stream describes the JetStream stream events are published to.
 	Stream Stream `yaml:"stream"`
+	// Index configures the key-value bucket that persists the object index
+	// (what each watch has published), used for exact recovery after a 410.
+	Index Index `yaml:"index"`
 }
+
+// Index configures the JetStream key-value bucket of the object index.
+type Index struct {
+	// Bucket is the bucket name; default "relayd-index-<cluster>".
+	Bucket string `yaml:"bucket"`
+	// Create makes relayd create the bucket when it is missing. A pointer
+	// because the default is true; use CreateBucket to read it.
+	Create *bool `yaml:"create"`
+	// Replicas of a bucket relayd creates.
+	Replicas int `yaml:"replicas"`
+	// Storage of a bucket relayd creates.
+	Storage Storage `yaml:"storage"`
+}
+
+// CreateBucket returns Create, or true when it is unset.
+func (i *Index) CreateBucket() bool { return i.Create == nil || *i.Create }
 
 // Stream describes the JetStream stream. Only Name is used when Create is
 // false; the other fields are validated either way.
@@ -238,14 +257,16 @@ const (
 // Defaults. They are constants (not variables) so that nothing can change
 // them at run time; the package doc lists them for users.
 const (
-	DefaultPrefix              = "k8s"
-	DefaultNATSName            = "relayd"
-	DefaultPublishTimeout      = 10 * time.Second
-	DefaultMaxInFlight         = 256
-	DefaultDuplicateWindow     = 10 * time.Minute
-	DefaultReplicas            = 1
-	DefaultStorage             = StorageFile
-	DefaultMaxBytes            = -1
+	DefaultPrefix          = "k8s"
+	DefaultNATSName        = "relayd"
+	DefaultPublishTimeout  = 10 * time.Second
+	DefaultMaxInFlight     = 256
+	DefaultDuplicateWindow = 10 * time.Minute
+	DefaultReplicas        = 1
+	DefaultStorage         = StorageFile
+	DefaultMaxBytes        = -1
+	// DefaultIndexBucketPrefix + cluster is the default nats.index.bucket.
+	DefaultIndexBucketPrefix   = "relayd-index-"
 	DefaultMode                = ModeStructured
 	DefaultCheckpointNamespace = "default"
 	DefaultCheckpointName      = "relayd-checkpoint"
@@ -297,6 +318,18 @@ func (c *Config) ApplyDefaults() {
 	}
 	if s.MaxBytes == 0 {
 		s.MaxBytes = DefaultMaxBytes
+	}
+	ix := &n.Index
+	if ix.Bucket == "" && isToken(c.Cluster) { // an invalid cluster is reported once, as cluster
+		ix.Bucket = DefaultIndexBucketPrefix + c.Cluster
+	}
+	if ix.Create == nil {
+		t := true
+		ix.Create = &t
+	}
+	setInt(&ix.Replicas, DefaultReplicas)
+	if ix.Storage == "" {
+		ix.Storage = DefaultStorage
 	}
 
 	if c.CloudEvents.Mode == "" {

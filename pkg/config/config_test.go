@@ -74,6 +74,10 @@ bad-event-types.yaml:10: sources[0].eventTypes[2]: duplicate event type "added" 
 
 		"bad-duplicate-window.yaml": `bad-duplicate-window.yaml:7: nats.stream.duplicateWindow: must be at least 1m, got 30s`,
 
+		"bad-index.yaml": `bad-index.yaml:7: nats.index.bucket: "relayd.index" is not a valid bucket name (must be letters, digits, '_' and '-')
+bad-index.yaml:8: nats.index.replicas: must be between 1 and 5, got 7
+bad-index.yaml:9: nats.index.storage: "disk" is not a valid storage type (must be file or memory)`,
+
 		"bad-idle-timeout.yaml": `bad-idle-timeout.yaml:8: watch.idleTimeout: must be greater than watch.timeout (5m), got 5m`,
 
 		"bad-many.yaml": `bad-many.yaml:2: cluster: "prod.eu" is not a valid cluster name (must be letters, digits, '_' and '-')
@@ -167,6 +171,7 @@ bad-many.yaml:39: sources[2].resource.resource: required`,
 }
 
 func TestGoodMinimalDefaults(t *testing.T) {
+	create := true
 	cfg := parseFile(t, "testdata/good-minimal.yaml")
 	jitter := 0.5
 	want := Config{
@@ -184,6 +189,7 @@ func TestGoodMinimalDefaults(t *testing.T) {
 				Storage:         StorageFile,
 				MaxBytes:        -1,
 			},
+			Index: Index{Bucket: "relayd-index-prod-eu-1", Create: &create, Replicas: 1, Storage: StorageFile},
 		},
 		CloudEvents: CloudEvents{Mode: ModeStructured},
 		Checkpoint: Checkpoint{
@@ -538,7 +544,7 @@ sources:
 		{"merge cycle", "nats: &n {<<: *n}\n", "x:1: nats: alias *n refers to a node that contains it"},
 		{"merge of a scalar", "nats: {<<: 3}\n", `x:1: nats: the merge key "<<" needs a mapping or a list of mappings, got 3`},
 		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sources)`},
-		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, tokenFile, name, publishTimeout, maxInFlight, stream)`},
+		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, tokenFile, name, publishTimeout, maxInFlight, stream, index)`},
 		{"alias to ancestor", "sources: &s [*s]\n", "x:1: sources[0]: expected a mapping, got a list"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

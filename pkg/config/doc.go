@@ -52,6 +52,16 @@
 //   - stream.maxAge (default 0 = unlimited, >= 0).
 //   - stream.maxBytes (default -1 = unlimited; -1, 0 or positive, where 0
 //     means the default).
+//   - index.bucket (default "relayd-index-<cluster>"): the JetStream
+//     key-value bucket that persists the object index (uid →
+//     resourceVersion, namespace/name of every published object, one key per
+//     object), so that a restart followed by a 410 still yields exact deletes
+//     and no flood. Letters, digits, '_', '-'.
+//   - index.create (default true): create the bucket when missing (history 1,
+//     expiring delete markers). With false a missing bucket keeps relayd
+//     unready.
+//   - index.replicas (default 1, 1..5) and index.storage (default file: file
+//     or memory): of a bucket relayd creates.
 //
 // cloudevents:
 //

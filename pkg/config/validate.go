@@ -194,6 +194,15 @@ func (v *validator) nats(n *NATS) {
 	if s.MaxBytes < -1 {
 		v.add("nats.stream.maxBytes", "must be -1 (unlimited) or positive, got %d", s.MaxBytes)
 	}
+
+	ix := &n.Index
+	if ix.Bucket != "" && !isToken(ix.Bucket) {
+		v.add("nats.index.bucket", "%q is not a valid bucket name (must be letters, digits, '_' and '-')", ix.Bucket)
+	}
+	v.intRange("nats.index.replicas", ix.Replicas, 1, 5)
+	if ix.Storage != StorageFile && ix.Storage != StorageMemory {
+		v.add("nats.index.storage", "%q is not a valid storage type (must be file or memory)", ix.Storage)
+	}
 }
 
 // checkNATSURL returns what is wrong with one server URL, or "".

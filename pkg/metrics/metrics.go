@@ -24,6 +24,15 @@ const (
 	ReasonError     = "error"     // anything else
 	ReasonPanic     = "panic"     // a recovered panic in the source goroutine
 	ReasonInitial   = "initial"   // first list of a source without a checkpoint
+	// ReasonNoCheckpoint: a list at start without a checkpoint while the
+	// object index knows objects (the checkpoint was removed): published
+	// as a resync against the index.
+	ReasonNoCheckpoint = "no-checkpoint"
+	// ReasonIndexLost: a list at start because the object index cannot be
+	// trusted for the checkpoint (bucket recreated, behind, corrupt, or a
+	// checkpoint from before the index): deletes during the downtime may be
+	// missing, which the sync markers' reason tells consumers.
+	ReasonIndexLost = "index-lost"
 )
 
 // Metrics is the full set. Construct with New.
@@ -159,7 +168,7 @@ func (m *Metrics) InitSource(source string) {
 	for _, r := range []string{ReasonExpired, ReasonTimeout, ReasonIdle, ReasonClosed, ReasonForbidden, ReasonNotFound, ReasonResolve, ReasonError, ReasonPanic} {
 		m.WatchRestarts.WithLabelValues(source, r)
 	}
-	for _, r := range []string{ReasonExpired, ReasonInitial} {
+	for _, r := range []string{ReasonExpired, ReasonInitial, ReasonNoCheckpoint, ReasonIndexLost} {
 		m.Relists.WithLabelValues(source, r)
 	}
 	m.ResyncMarkers.WithLabelValues(source, "started")

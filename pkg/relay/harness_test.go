@@ -192,7 +192,8 @@ func (f *fixture) start(rc *rest.Config, wantReady bool) *running {
 		r.done <- relay.Run(ctx, relay.Options{
 			Config: f.config(), RestConfig: rc, Logger: log, Registry: r.reg,
 			MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
-			Ready: func(_, h string) { addrs <- h },
+			Ready:      func(_, h string) { addrs <- h },
+			IndexCheck: true, // every relist in every test is checked against a consistent LIST
 		})
 	}()
 	select {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/sink"
 )
@@ -52,6 +53,10 @@ type Options struct {
 	// Ready, if set, receives the listeners' addresses once serving (tests
 	// use ":0").
 	Ready func(metricsAddr, healthAddr string)
+	// IndexCheck compares the object index with a consistent LIST after
+	// every relist and stops Run with an error on any difference (tests;
+	// see IndexCheckEnv).
+	IndexCheck bool
 }
 
 func (o *Options) validate() error {
@@ -87,11 +92,15 @@ type relay struct {
 
 	ready         atomic.Bool // flipped off first on shutdown
 	checkpointsOK atomic.Bool
+	bucket        atomic.Pointer[index.Bucket] // set once the index bucket is open
+	indexErr      atomic.Value                 // string: why it is not (yet)
+	failed        chan error                   // a fatal error (IndexCheck); Run stops
 }
 
 // Run runs relayd until ctx is cancelled, then shuts down gracefully. It
 // returns an error only if it cannot start (bad options, a listener that
-// cannot bind); everything after start is retried, not fatal.
+// cannot bind) or, with Options.IndexCheck, when a check fails; everything
+// else after start is retried, not fatal.
 func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -100,7 +109,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("relay: register metrics: %w", err)
 	}
-	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m}
+	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1)}
 
 	// HTTP first, so /healthz answers while we connect.
 	srv, err := r.serveHTTP()
@@ -131,6 +140,7 @@ func Run(ctx context.Context, o Options) error {
 	defer stopRun()
 	var bg sync.WaitGroup
 	bg.Go(func() { r.ensureStream(runCtx) })
+	bg.Go(func() { r.openIndex(runCtx) })
 	bg.Go(func() { r.loadCheckpoints(runCtx) })
 	srcCtx, stopSources := context.WithCancel(runCtx)
 	var sources sync.WaitGroup
@@ -140,11 +150,24 @@ func Run(ctx context.Context, o Options) error {
 	bg.Go(func() { r.checkpointLoop(runCtx) })
 	bg.Go(func() { r.readinessLoop(runCtx) })
 
-	<-ctx.Done()
+	var fatal error
+	select {
+	case <-ctx.Done():
+	case fatal = <-r.failed:
+		r.log.Error("stopping", zap.Error(fatal))
+	}
 	r.shutdown(stopSources, &sources)
 	stopRun()
 	bg.Wait()
-	return nil
+	return fatal
+}
+
+// fail stops Run with err (the first one wins).
+func (r *relay) fail(err error) {
+	select {
+	case r.failed <- err:
+	default:
+	}
 }
 
 // shutdown is DESIGN §5: readiness off, stop watches, drain in-flight
@@ -380,6 +403,13 @@ func (r *relay) notReadyReason() string {
 	}
 	if r.nc == nil || !r.nc.IsConnected() {
 		return "NATS not connected"
+	}
+	if r.bucket.Load() == nil {
+		msg, _ := r.indexErr.Load().(string)
+		if msg == "" {
+			msg = "opening"
+		}
+		return "index bucket not open: " + msg
 	}
 	var waiting []string
 	for _, w := range r.watches {

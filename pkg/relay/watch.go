@@ -18,6 +18,7 @@ import (
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
@@ -37,11 +38,30 @@ type watch struct {
 	watcher     *source.Watcher
 	enc         *event.Encoder
 	filter      map[event.Type]bool
-	tracked     int64 // objects known to this watch (for relayd_tracked_objects)
+	tracked     int // objects in idx as last reported to relayd_tracked_objects
 	trackedG    prometheus.Gauge
 	filtered    prometheus.Counter
 	established atomic.Bool
 	up          atomic.Bool
+
+	// The object index (see pkg/index), owned by the watch goroutine.
+	idx        *index.Index
+	ixPrefix   string // bucket key prefix of this watch
+	ixGen      string // bucket generation the index was loaded from
+	ixSeqFloor uint64 // index seq of the loaded checkpoint
+	ixLoaded   bool   // false: (re)load before running
+	relist     string // reason of a list due at start; cleared when a list completes
+	epochFloor uint64 // epoch recorded in the bucket, for a start without a checkpoint
+	counts     event.SyncCounts
+}
+
+// setTracked reports the index size through relayd_tracked_objects (summed
+// over the source's watches).
+func (w *watch) setTracked(n int) {
+	if d := n - w.tracked; d != 0 {
+		w.trackedG.Add(float64(d))
+		w.tracked = n
+	}
 }
 
 func (w *watch) String() string {
@@ -66,11 +86,10 @@ func (r *relay) buildWatches() {
 		}
 		for _, ns := range namespaces {
 			w := &watch{src: src, namespace: ns, key: checkpoint.Key(src.Name, ns), filter: filter,
-				trackedG: r.m.TrackedObjects.WithLabelValues(src.Name), filtered: r.m.EventsFiltered.WithLabelValues(src.Name)}
+				trackedG: r.m.TrackedObjects.WithLabelValues(src.Name), filtered: r.m.EventsFiltered.WithLabelValues(src.Name),
+				ixPrefix: index.Prefix(src.Name, ns)}
 			w.log = r.log.With(zap.String("source", src.Name), zap.String("namespace", ns))
-			w.pipe = r.sink.NewPipeline(src.Name, func(a sink.Advance) {
-				r.store.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch}, a.BookmarkOnly)
-			})
+			w.pipe = r.sink.NewPipeline(src.Name, func(a sink.Advance) { r.advance(w, a) })
 			r.watches = append(r.watches, w)
 		}
 	}
@@ -118,12 +137,14 @@ func (r *relay) runOnce(ctx context.Context, w *watch) (err error) {
 			r.m.WatchRestarts.WithLabelValues(w.src.Name, metrics.ReasonPanic).Inc()
 			w.log.Error("panic in source (recovered)", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 			// Start over from the acknowledged position: anything after it is
-			// re-read and deduplicated by its Nats-Msg-Id.
+			// re-read and deduplicated by its Nats-Msg-Id. The index is
+			// reloaded from the bucket once the pipeline is drained.
 			w.watcher = nil
+			w.ixLoaded = false
 			err = fmt.Errorf("%w: %v", errPanic, p)
 		}
 	}()
-	for !r.checkpointsOK.Load() || !r.nc.IsConnected() {
+	for !r.checkpointsOK.Load() || !r.nc.IsConnected() || r.bucket.Load() == nil {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -168,13 +189,25 @@ func (r *relay) runOnce(ctx context.Context, w *watch) (err error) {
 		}
 		w.watcher = wt
 	}
-	st := source.Start{Snapshot: w.src.Initial != config.InitialNone}
+	if !w.ixLoaded {
+		relist, err := r.loadIndex(ctx, w)
+		if err != nil {
+			return fmt.Errorf("source %q: object index: %w", w.src.Name, err)
+		}
+		if relist != "" {
+			w.relist = relist
+		}
+		w.ixLoaded = true
+	}
+	st := source.Start{Snapshot: w.src.Initial != config.InitialNone, Relist: w.relist}
 	// The acked watermark wins over the stored checkpoint (it is never
 	// behind it) when a watcher is rebuilt after a panic.
 	if rv, ep := w.pipe.Watermark(); rv != "" {
 		st.ResourceVersion, st.Epoch = rv, ep
 	} else if pos, ok := r.store.Get(w.key); ok {
 		st.ResourceVersion, st.Epoch = pos.ResourceVersion, pos.Epoch
+	} else {
+		st.Epoch = w.epochFloor
 	}
 	err = w.watcher.Run(ctx, st, func(ctx context.Context, it *source.Item) error { return r.handle(ctx, w, it) })
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -223,7 +256,10 @@ func (r *relay) isSelf(w *watch, m *event.Meta) bool {
 		m.Namespace == r.cfg.Checkpoint.Namespace && m.Name == r.cfg.Checkpoint.Name
 }
 
-// handle turns one source item into a pipeline entry.
+// handle turns one source item into pipeline entries, keeping the object
+// index: live changes update it; a list is compared with it (unchanged
+// objects are not republished, new and changed ones are, and at the end
+// every indexed object the list did not contain is published as deleted).
 func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 	switch it.Kind {
 	case source.ItemObject:
@@ -232,14 +268,48 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 			// Not even a position move: see checkpoint's package doc.
 			return nil
 		}
-		r.track(w, it)
-		if !w.filter[it.Type] {
+		obj := index.Object{UID: meta.UID, Namespace: meta.Namespace, Name: meta.Name, ResourceVersion: meta.ResourceVersion}
+		typ := it.Type
+		changed := true
+		if it.Origin == event.OriginWatch {
+			if typ == event.Deleted {
+				changed = w.idx.Delete(meta.UID)
+			} else {
+				changed = w.idx.Put(obj)
+			}
+		} else {
+			// A list item: list frames are all ADDED; the index tells.
+			w.counts.Total++
+			switch w.idx.Observe(obj) {
+			case index.Unchanged:
+				w.counts.Unchanged++
+				return nil // already published; list items do not move the position
+			case index.Added:
+				typ = event.Added
+				w.counts.Added++
+			case index.Modified:
+				typ = event.Modified
+				w.counts.Modified++
+			}
+		}
+		w.setTracked(w.idx.Len())
+		// The index write; none when the index already had this (a replay
+		// after a restart, or a delete of an object it never knew).
+		var ix *event.Message
+		if changed {
+			if typ == event.Deleted {
+				ix = r.bucket.Load().DeleteMsg(w.ixPrefix, meta.UID)
+			} else {
+				ix = r.bucket.Load().PutMsg(w.ixPrefix, obj)
+			}
+		}
+		if !w.filter[typ] {
 			w.filtered.Inc()
-			return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+			return w.pipe.Submit(ctx, sink.Entry{Index: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 		}
 		data := it.Object.AppendPayload(nil, event.PayloadMode(w.src.Payload), w.src.KeepManagedFields)
 		msg, err := w.enc.Encode(&event.Change{
-			Type: it.Type, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
+			Type: typ, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
 			Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.src.Payload), Data: data,
 		})
 		if err != nil {
@@ -249,7 +319,7 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 			r.m.PublishErrors.WithLabelValues(w.src.Name, "unencodable").Inc()
 			w.log.Error("event cannot be encoded; NOT published", zap.String("object", meta.Namespace+"/"+meta.Name),
 				zap.String("uid", meta.UID), zap.String("resourceVersion", meta.ResourceVersion), zap.Error(err))
-			return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+			return w.pipe.Submit(ctx, sink.Entry{Index: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 		}
 		if msg.Oversize {
 			r.m.Oversize.WithLabelValues(w.src.Name).Inc()
@@ -257,36 +327,39 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 				zap.Int("bytes", len(it.Object.Raw)))
 		}
 		return w.pipe.Submit(ctx, sink.Entry{
-			Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ObjectKey: meta.UID,
-			ReadAt: it.ReadAt, Type: it.Type, Origin: it.Origin,
+			Msg: &msg, Index: ix, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ObjectKey: meta.UID,
+			ReadAt: it.ReadAt, Type: typ, Origin: it.Origin,
 		})
 	case source.ItemBookmark:
 		return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, Bookmark: true})
-	case source.ItemSyncStarted, source.ItemSyncCompleted:
-		marker := "started"
-		if it.Kind == source.ItemSyncStarted {
-			w.trackedG.Sub(float64(w.tracked))
-			w.tracked = 0
-		} else {
-			marker = "completed"
-		}
-		r.m.ResyncMarkers.WithLabelValues(w.src.Name, marker).Inc()
+	case source.ItemSyncStarted:
+		w.idx.BeginSync()
+		w.counts = event.SyncCounts{}
+		r.m.ResyncMarkers.WithLabelValues(w.src.Name, "started").Inc()
 		msg := w.enc.Control(it.Sync)
-		return w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt})
+		return w.pipe.Submit(ctx, sink.Entry{Msg: &msg, Index: r.bucket.Load().EpochMsg(w.ixPrefix, it.Epoch), Epoch: it.Epoch, ReadAt: it.ReadAt})
+	case source.ItemSyncCompleted:
+		if err := r.syncDeleted(ctx, w, &sourceSync{epoch: it.Epoch, readAt: it.ReadAt}); err != nil {
+			return err
+		}
+		it.Sync.Counts = w.counts
+		r.m.ResyncMarkers.WithLabelValues(w.src.Name, "completed").Inc()
+		msg := w.enc.Control(it.Sync)
+		if err := w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
+			return err
+		}
+		w.relist = ""
+		w.log.Info("relist compared with the object index", zap.String("reason", it.Sync.Reason), zap.Uint64("epoch", it.Epoch),
+			zap.Int64("added", w.counts.Added), zap.Int64("modified", w.counts.Modified), zap.Int64("deleted", w.counts.Deleted),
+			zap.Int64("unchanged", w.counts.Unchanged), zap.Int("indexed", w.idx.Len()))
+		if r.o.IndexCheck {
+			if err := r.checkIndex(ctx, w, it.ResourceVersion); err != nil {
+				err = fmt.Errorf("index consistency check failed for %s: %w", w, err)
+				r.fail(err)
+				return err
+			}
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown item kind %d", it.Kind)
-}
-
-func (r *relay) track(w *watch, it *source.Item) {
-	d := int64(0)
-	switch it.Type {
-	case event.Added:
-		d = 1
-	case event.Deleted:
-		d = -1
-	}
-	if d != 0 {
-		w.tracked += d
-		w.trackedG.Add(float64(d))
-	}
 }

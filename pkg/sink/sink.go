@@ -16,6 +16,13 @@
 // pipeline. Messages from one connection are stored in the order sent, but a
 // retried message could otherwise land after a newer version of the same
 // object; the gate makes that impossible.
+//
+// Index updates: an entry may carry a second message (Entry.Index, the
+// object index's key-value write) that is published only after the event's
+// PubAck, so the index never records a version that was not published. The
+// entry is done, and the watermark may pass it, only when both are acked. The
+// two stages are pipelined: waiting for one entry's index ack does not hold
+// back the next entry's event.
 package sink
 
 import (
@@ -82,6 +89,9 @@ type Advance struct {
 	// BookmarkOnly is true when nothing but bookmarks (or other publish-free
 	// entries) moved the watermark since the previous Advance.
 	BookmarkOnly bool
+	// IndexSeq is the highest stream sequence of an acknowledged index write
+	// of this pipeline (0 if none yet).
+	IndexSeq uint64
 }
 
 // Entry is one unit submitted to a pipeline, in watch order.
@@ -89,6 +99,9 @@ type Entry struct {
 	// Msg is the message to publish; nil for entries that only move the
 	// position (bookmarks, filtered events).
 	Msg *event.Message
+	// Index is the object index write for this change, published once Msg
+	// is acked (at once when Msg is nil); nil if none.
+	Index *event.Message
 	// ResourceVersion is the position reached once this entry and all before
 	// it are done; "" for entries that must not move the checkpoint (items of
 	// a list, whose order is not resourceVersion order).
@@ -111,9 +124,10 @@ type eventKey struct {
 }
 
 type pending struct {
-	e      Entry
-	future jetstream.PubAckFuture // nil if the first publish failed synchronously
-	done   chan struct{}          // closed when acked (releases the object gate)
+	e        Entry
+	future   jetstream.PubAckFuture // of the first message (Msg, else Index); nil if its publish failed synchronously
+	ixFuture jetstream.PubAckFuture // of Index when it follows Msg
+	done     chan struct{}          // closed when done (releases the object gate)
 }
 
 // Pipeline is the publish window of one watch. Submit is called from the
@@ -125,12 +139,14 @@ type Pipeline struct {
 	onAdvance func(Advance)
 	slots     chan struct{} // window: one token per entry not yet done
 	queue     chan *pending // entries in submission order; never blocks (cap == window)
+	queue2    chan *pending // stage 2: entries whose first message is acked
 
 	mu       sync.Mutex
 	inflight map[string]chan struct{} // object key -> done of its in-flight message
 	lastRV   string
 	lastEp   uint64
-	unacked  int // published, not yet acked (for the in-flight gauge on Close)
+	ixSeq    uint64 // highest acked index write sequence
+	unacked  int    // published, not yet acked (for the in-flight gauge on Close)
 
 	// Metric children resolved once, not per event.
 	inFlight prometheus.Gauge
@@ -138,8 +154,9 @@ type Pipeline struct {
 	dups     prometheus.Counter
 	events   map[eventKey]prometheus.Counter
 
-	stopped chan struct{}
-	cancel  context.CancelFunc
+	stopped  chan struct{}
+	stopped2 chan struct{}
+	cancel   context.CancelFunc
 }
 
 // NewPipeline starts a pipeline for one watch of source. onAdvance is called
@@ -152,8 +169,10 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 		log:      s.o.Logger.With(zap.String("source", source)),
 		slots:    make(chan struct{}, s.o.MaxInFlight),
 		queue:    make(chan *pending, s.o.MaxInFlight),
+		queue2:   make(chan *pending, s.o.MaxInFlight),
 		inflight: map[string]chan struct{}{},
 		stopped:  make(chan struct{}),
+		stopped2: make(chan struct{}),
 		cancel:   cancel,
 		inFlight: s.o.Metrics.InFlight.WithLabelValues(source),
 		lag:      s.o.Metrics.Lag.WithLabelValues(source),
@@ -166,6 +185,7 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 		}
 	}
 	go p.run(ctx)
+	go p.run2(ctx)
 	return p
 }
 
@@ -175,7 +195,11 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 // returns; its ack is awaited by the pipeline.
 func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	pe := &pending{e: e}
-	if e.Msg != nil && e.ObjectKey != "" {
+	first := e.Msg
+	if first == nil {
+		first = e.Index
+	}
+	if first != nil && e.ObjectKey != "" {
 		if err := p.waitObject(ctx, e.ObjectKey); err != nil {
 			return err
 		}
@@ -185,24 +209,16 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if e.Msg != nil {
+	if first != nil {
 		pe.done = make(chan struct{})
 		if e.ObjectKey != "" {
 			p.mu.Lock()
 			p.inflight[e.ObjectKey] = pe.done
 			p.mu.Unlock()
 		}
-		p.mu.Lock()
-		p.unacked++
-		p.mu.Unlock()
-		p.inFlight.Inc()
-		f, err := p.publish(e.Msg)
-		if err != nil {
-			// E.g. disconnected with a full reconnect buffer: the pipeline
-			// goroutine retries it in order.
-			p.countError(err)
-		}
-		pe.future = f
+		// A failed publish (e.g. disconnected with a full reconnect buffer)
+		// leaves a nil future: the pipeline goroutine retries it in order.
+		pe.future = p.publishCounted(first)
 	}
 	p.queue <- pe // cannot block: at most cap(slots) entries are queued
 	return nil
@@ -238,7 +254,24 @@ func (p *Pipeline) release(pe *pending) {
 
 func (p *Pipeline) publish(m *event.Message) (jetstream.PubAckFuture, error) {
 	msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header(m.Header)}
+	if m.MsgID == "" {
+		return p.s.o.JetStream.PublishMsgAsync(msg)
+	}
 	return p.s.o.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(m.MsgID))
+}
+
+// publishCounted publishes m as a new in-flight message; a synchronous
+// failure is counted and yields a nil future (await retries it).
+func (p *Pipeline) publishCounted(m *event.Message) jetstream.PubAckFuture {
+	p.mu.Lock()
+	p.unacked++
+	p.mu.Unlock()
+	p.inFlight.Inc()
+	f, err := p.publish(m)
+	if err != nil {
+		p.countError(err)
+	}
+	return f
 }
 
 func (p *Pipeline) countError(err error) {
@@ -267,11 +300,11 @@ func errorReason(err error) string {
 	return "error"
 }
 
-// run consumes entries in order: waits for each ack (retrying failures),
-// then advances the watermark and frees the slot.
+// run is stage 1: it consumes entries in order, waits for the first
+// message's ack (retrying failures), publishes a following index write, and
+// hands the entry to stage 2.
 func (p *Pipeline) run(ctx context.Context) {
 	defer close(p.stopped)
-	bookmarkOnly := true
 	for {
 		var pe *pending
 		select {
@@ -280,11 +313,38 @@ func (p *Pipeline) run(ctx context.Context) {
 			return
 		}
 		if pe.e.Msg != nil {
-			if !p.await(ctx, pe) {
+			if !p.await(ctx, pe.e.Msg, &pe.future, func(ack *jetstream.PubAck) { p.eventAcked(pe, ack) }) {
 				return
 			}
-			bookmarkOnly = false
-		} else if !pe.e.Bookmark {
+			if pe.e.Index != nil {
+				pe.ixFuture = p.publishCounted(pe.e.Index)
+			}
+		} else if pe.e.Index != nil {
+			pe.ixFuture = pe.future
+		}
+		p.queue2 <- pe // cannot block: at most cap(slots) entries are queued
+	}
+}
+
+// run2 is stage 2: it waits for index writes in order, then releases the
+// object, advances the watermark and frees the slot.
+func (p *Pipeline) run2(ctx context.Context) {
+	defer close(p.stopped2)
+	bookmarkOnly := true
+	for {
+		var pe *pending
+		select {
+		case pe = <-p.queue2:
+		case <-ctx.Done():
+			return
+		}
+		if pe.e.Index != nil {
+			if !p.await(ctx, pe.e.Index, &pe.ixFuture, p.indexAcked) {
+				return
+			}
+		}
+		p.release(pe)
+		if pe.e.Msg != nil || pe.e.Index != nil || !pe.e.Bookmark {
 			bookmarkOnly = false
 		}
 		p.mu.Lock()
@@ -292,44 +352,56 @@ func (p *Pipeline) run(ctx context.Context) {
 		if advance {
 			p.lastRV, p.lastEp = pe.e.ResourceVersion, pe.e.Epoch
 		}
+		ixSeq := p.ixSeq
 		p.mu.Unlock()
 		if advance && p.onAdvance != nil {
-			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly})
+			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly, IndexSeq: ixSeq})
 			bookmarkOnly = true
 		}
 		<-p.slots
 	}
 }
 
-// await waits for pe's PubAck, republishing (same Msg-Id) with backoff until
-// one arrives. It returns false only when the pipeline is closed.
-func (p *Pipeline) await(ctx context.Context, pe *pending) bool {
+func (p *Pipeline) eventAcked(pe *pending, ack *jetstream.PubAck) {
+	if ack.Duplicate {
+		p.dups.Inc()
+	}
+	// Object events only; control events (sync markers) have no type.
+	if c, ok := p.events[eventKey{pe.e.Type, pe.e.Origin}]; ok {
+		c.Inc()
+	}
+	if !pe.e.ReadAt.IsZero() {
+		p.lag.Observe(time.Since(pe.e.ReadAt).Seconds())
+	}
+}
+
+func (p *Pipeline) indexAcked(ack *jetstream.PubAck) {
+	p.mu.Lock()
+	p.ixSeq = max(p.ixSeq, ack.Sequence)
+	p.mu.Unlock()
+}
+
+// await waits for the PubAck of m (*f is its future, nil if the last publish
+// failed synchronously), republishing it (same Msg-Id) with backoff until one
+// arrives, and calls onAck with it. It returns false only when the pipeline
+// is closed.
+func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.PubAckFuture, onAck func(*jetstream.PubAck)) bool {
 	backoff := p.s.o.RetryBackoff
 	for attempt := 0; ; attempt++ {
 		var err error
-		if pe.future != nil {
+		if *f != nil {
 			select {
-			case ack := <-pe.future.Ok():
+			case ack := <-(*f).Ok():
 				p.inFlight.Dec()
 				p.mu.Lock()
 				p.unacked--
 				p.mu.Unlock()
-				if ack.Duplicate {
-					p.dups.Inc()
-				}
-				// Object events only; control events (sync markers) have no type.
-				if c, ok := p.events[eventKey{pe.e.Type, pe.e.Origin}]; ok {
-					c.Inc()
-				}
-				if !pe.e.ReadAt.IsZero() {
-					p.lag.Observe(time.Since(pe.e.ReadAt).Seconds())
-				}
-				p.release(pe)
+				onAck(ack)
 				if attempt > 0 {
-					p.log.Info("publish recovered", zap.String("msgId", pe.e.Msg.MsgID), zap.Int("attempts", attempt+1))
+					p.log.Info("publish recovered", zap.String("subject", m.Subject), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
 				}
 				return true
-			case err = <-pe.future.Err():
+			case err = <-(*f).Err():
 				p.countError(err)
 			case <-ctx.Done():
 				return false
@@ -337,7 +409,7 @@ func (p *Pipeline) await(ctx context.Context, pe *pending) bool {
 		}
 		if err != nil && (attempt == 0 || attempt%20 == 0) {
 			p.log.Warn("publish failed; retrying (the watch is paused meanwhile)",
-				zap.String("subject", pe.e.Msg.Subject), zap.String("msgId", pe.e.Msg.MsgID),
+				zap.String("subject", m.Subject), zap.String("msgId", m.MsgID),
 				zap.Int("attempt", attempt+1), zap.Error(err))
 		}
 		select {
@@ -345,11 +417,11 @@ func (p *Pipeline) await(ctx context.Context, pe *pending) bool {
 		case <-ctx.Done():
 			return false
 		}
-		f, perr := p.publish(pe.e.Msg)
+		nf, perr := p.publish(m)
 		if perr != nil {
 			p.countError(perr)
 		}
-		pe.future = f
+		*f = nf
 	}
 }
 
@@ -371,7 +443,7 @@ func (p *Pipeline) Drain(ctx context.Context) error {
 			for ; i > 0; i-- {
 				<-p.slots
 			}
-			return fmt.Errorf("drain %s: %d publishes still unacknowledged: %w", p.source, len(p.queue), ctx.Err())
+			return fmt.Errorf("drain %s: %d publishes still unacknowledged: %w", p.source, len(p.queue)+len(p.queue2), ctx.Err())
 		}
 	}
 	for i := 0; i < cap(p.slots); i++ {
@@ -385,6 +457,7 @@ func (p *Pipeline) Drain(ctx context.Context) error {
 func (p *Pipeline) Close() {
 	p.cancel()
 	<-p.stopped
+	<-p.stopped2
 	p.mu.Lock()
 	n := p.unacked
 	p.unacked = 0

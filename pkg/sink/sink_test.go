@@ -250,3 +250,103 @@ func TestDrainWaitsForAcksAndReportsWhatIsLeft(t *testing.T) {
 		t.Fatalf("watermark %q after drain, want 1", rv)
 	}
 }
+
+func ackSeq(f *future, seq uint64) { f.ok <- &jetstream.PubAck{Sequence: seq} }
+
+func withIndex(e Entry, id string) Entry {
+	e.Index = &event.Message{Subject: "$KV.idx." + id, Data: []byte(`{}`)}
+	return e
+}
+
+func noAdvance(t *testing.T, adv chan Advance) {
+	t.Helper()
+	select {
+	case a := <-adv:
+		t.Fatalf("unexpected advance to %+v", a)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func nextAdvance(t *testing.T, adv chan Advance) Advance {
+	t.Helper()
+	select {
+	case a := <-adv:
+		return a
+	case <-time.After(2 * time.Second):
+		t.Fatal("no advance within 2s")
+		return Advance{}
+	}
+}
+
+// The index write of a change is published only after the event's PubAck,
+// the watermark waits for both, a failed index write is retried, and the
+// object stays gated until its index write is acked. Stage 2 does not hold
+// back the next entry's event.
+func TestIndexWriteFollowsEventAck(t *testing.T) {
+	fake, p, _, adv := newPipeline(t, 8)
+	ctx := t.Context()
+	if err := p.Submit(ctx, withIndex(entry("a1", "A", "1"), "A")); err != nil {
+		t.Fatal(err)
+	}
+	a1 := fake.next(t)
+	fake.none(t) // no index write before the event is acked
+	if err := p.Submit(ctx, withIndex(entry("b1", "B", "2"), "B")); err != nil {
+		t.Fatal(err)
+	}
+	b1 := fake.next(t) // another object's event is not held back
+	ack(a1)
+	ixA := fake.next(t)
+	if ixA.msg.Subject != "$KV.idx.A" || ixA.msg.Header.Get(jetstream.MsgIDHeader) != "" {
+		t.Fatalf("index write: subject %s, msg id %q", ixA.msg.Subject, ixA.msg.Header.Get(jetstream.MsgIDHeader))
+	}
+	noAdvance(t, adv) // event acked, index not yet
+	ack(b1)
+	ixB := fake.next(t) // pipelined: B's index write goes out while A's is pending
+	fail(ixA, nats.ErrTimeout)
+	ixA2 := fake.next(t)
+	if ixA2.msg.Subject != "$KV.idx.A" {
+		t.Fatalf("retry of %s", ixA2.msg.Subject)
+	}
+	// A is still gated: its next version cannot be published yet.
+	submitted := make(chan error, 1)
+	go func() { submitted <- p.Submit(ctx, withIndex(entry("a2", "A", "3"), "A")) }()
+	fake.none(t)
+	ackSeq(ixB, 7)
+	noAdvance(t, adv) // in order: A's entry is not done
+	ackSeq(ixA2, 8)
+	if a := nextAdvance(t, adv); a.ResourceVersion != "1" {
+		t.Fatalf("first advance %+v", a)
+	}
+	if a := nextAdvance(t, adv); a.ResourceVersion != "2" || a.IndexSeq != 8 {
+		t.Fatalf("second advance %+v, want rv 2 and index seq 8", a)
+	}
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	a2 := fake.next(t)
+	if a2.msg.Header.Get(jetstream.MsgIDHeader) != "a2" {
+		t.Fatalf("after release: %s", a2.msg.Header.Get(jetstream.MsgIDHeader))
+	}
+	// An entry with only an index write (a filtered change) publishes it at once.
+	ack(a2)
+	ixA3 := fake.next(t)
+	e := Entry{ObjectKey: "C", ResourceVersion: "4", Index: &event.Message{Subject: "$KV.idx.C", Data: []byte(`{}`)}}
+	if err := p.Submit(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	ixC := fake.next(t)
+	if ixC.msg.Subject != "$KV.idx.C" {
+		t.Fatalf("index-only entry published %s", ixC.msg.Subject)
+	}
+	ackSeq(ixA3, 9)
+	ackSeq(ixC, 10)
+	if a := nextAdvance(t, adv); a.ResourceVersion != "3" {
+		t.Fatalf("advance %+v", a)
+	}
+	if a := nextAdvance(t, adv); a.ResourceVersion != "4" || a.IndexSeq != 10 || a.BookmarkOnly {
+		t.Fatalf("advance %+v", a)
+	}
+	if err := p.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -87,6 +87,9 @@ type Start struct {
 	// Snapshot: without a checkpoint, list every existing object first
 	// (origin initial). Otherwise start from the current state.
 	Snapshot bool
+	// Relist, when set, is the reason of a list (origin resync) made before
+	// anything else, whether or not there is a ResourceVersion.
+	Relist string
 }
 
 // Options configures a Watcher.
@@ -185,7 +188,9 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 	if !w.started {
 		w.started = true
 		w.rv, w.epoch = st.ResourceVersion, st.Epoch
-		if w.rv == "" && st.Snapshot {
+		if st.Relist != "" {
+			w.listing = &listPlan{origin: event.OriginResync, reason: st.Relist}
+		} else if w.rv == "" && st.Snapshot {
 			w.listing = &listPlan{origin: event.OriginInitial, reason: metrics.ReasonInitial}
 		}
 	}
@@ -387,13 +392,9 @@ func (w *Watcher) beginList(ctx context.Context, h Handler) (event.SyncEvent, er
 func (w *Watcher) endList(ctx context.Context, h Handler, s event.SyncEvent, rv string, n int64) error {
 	s.Completed = true
 	s.ToResourceVersion = rv
+	// The handler compares the list with its object index and fills in the
+	// other counts.
 	s.Counts = event.SyncCounts{Total: n}
-	if s.Reason == metrics.ReasonInitial {
-		// Everything in a first list is new. After a 410 relayd cannot yet
-		// tell added from modified or unchanged (that needs the object index
-		// of the gap-recovery work), so only total is set then.
-		s.Counts.Added = n
-	}
 	s.Time = time.Now()
 	w.mu.Lock()
 	w.rv = rv

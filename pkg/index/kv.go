@@ -1,0 +1,270 @@
+package index
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relayd/relayd/pkg/event"
+)
+
+// DefaultMarkerTTL is how long a bucket relayd creates keeps the marker of
+// a deleted key before it expires.
+const DefaultMarkerTTL = time.Hour
+
+// BucketOptions configures a [Bucket].
+type BucketOptions struct {
+	// Name of the key-value bucket. Required.
+	Name string
+	// Create the bucket when it does not exist (history 1, per-message TTL
+	// enabled so delete markers expire). Otherwise a missing bucket is an
+	// error.
+	Create   bool
+	Replicas int                   // of a created bucket; default 1
+	Storage  jetstream.StorageType // of a created bucket; default file
+	// MarkerTTL is how long delete markers live in a created bucket; default
+	// DefaultMarkerTTL.
+	MarkerTTL time.Duration
+}
+
+// Bucket is the durable copy of every watch's index: one key per object,
+// "<source>.<namespace|_>.<uid>", whose value is the object's
+// resourceVersion, namespace and name as JSON.
+//
+// Writes are not made here: PutMsg and DeleteMsg build the messages that
+// the sink publishes after the event's PubAck (same retries, same watermark),
+// so that the bucket is never ahead of what was published.
+type Bucket struct {
+	kv      jetstream.KeyValue
+	name    string
+	subjPre string
+	ttl     string // Nats-TTL of delete markers; "" when the bucket has no per-message TTL
+}
+
+// ErrBucketNotFound is returned by Open when the bucket does not exist and
+// BucketOptions.Create is false.
+var ErrBucketNotFound = errors.New("index bucket not found")
+
+// Open returns the bucket named in o, creating it if allowed.
+func Open(ctx context.Context, js jetstream.JetStream, o BucketOptions) (*Bucket, error) {
+	if o.Name == "" {
+		return nil, errors.New("index: BucketOptions.Name is required")
+	}
+	kv, err := js.KeyValue(ctx, o.Name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && o.Create {
+		ttl := o.MarkerTTL
+		if ttl <= 0 {
+			ttl = DefaultMarkerTTL
+		}
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:         o.Name,
+			Description:    "relayd object index: what each watch has published (uid -> resourceVersion, namespace/name)",
+			History:        1,
+			Replicas:       max(o.Replicas, 1),
+			Storage:        o.Storage,
+			LimitMarkerTTL: ttl,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, o.Name)
+		}
+	}
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: %q (create it with history 1, or set nats.index.create: true)", ErrBucketNotFound, o.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("index bucket %q: %w", o.Name, err)
+	}
+	b := &Bucket{kv: kv, name: o.Name, subjPre: "$KV." + o.Name + "."}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("index bucket %q: status: %w", o.Name, err)
+	}
+	if s, ok := st.(*jetstream.KeyValueBucketStatus); ok && s.StreamInfo().Config.AllowMsgTTL {
+		ttl := s.StreamInfo().Config.SubjectDeleteMarkerTTL
+		if ttl <= 0 {
+			ttl = DefaultMarkerTTL
+		}
+		b.ttl = ttl.String()
+	}
+	return b, nil
+}
+
+// Name is the bucket name.
+func (b *Bucket) Name() string { return b.name }
+
+// ExpiringMarkers reports whether delete markers expire (the bucket allows
+// per-message TTLs). Without it every deleted object leaves a small marker
+// in the bucket for good.
+func (b *Bucket) ExpiringMarkers() bool { return b.ttl != "" }
+
+// Generation identifies one incarnation of the bucket and how far it got.
+// A checkpoint records the Generation its index matched; a bucket with
+// another ID (deleted and recreated) or a LastSeq below the recorded one
+// (restored, or lost writes) cannot be trusted for that checkpoint.
+type Generation struct {
+	ID      string // the backing stream's creation time
+	LastSeq uint64 // the backing stream's last sequence
+}
+
+// Generation reads the bucket's current generation.
+func (b *Bucket) Generation(ctx context.Context) (Generation, error) {
+	st, err := b.kv.Status(ctx)
+	if err != nil {
+		return Generation{}, fmt.Errorf("index bucket %q: status: %w", b.name, err)
+	}
+	s, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return Generation{}, fmt.Errorf("index bucket %q: unexpected status type %T", b.name, st)
+	}
+	info := s.StreamInfo()
+	return Generation{ID: info.Created.UTC().Format(time.RFC3339Nano), LastSeq: info.State.LastSeq}, nil
+}
+
+// Prefix is the key prefix of one watch: "<source>.<namespace|_>". Source
+// names and namespaces are DNS labels, valid key tokens as they are.
+func Prefix(source, namespace string) string {
+	if namespace == "" {
+		namespace = "_"
+	}
+	return source + "." + namespace
+}
+
+// Key is the bucket key of uid under prefix. A uid that is not a valid key
+// token (never the case for apiserver-made uids) is replaced by a hash.
+func Key(prefix, uid string) string {
+	if validToken(uid) {
+		return prefix + "." + uid
+	}
+	sum := sha256.Sum256([]byte(uid))
+	return prefix + ".h-" + hex.EncodeToString(sum[:16])
+}
+
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '=') {
+			return false
+		}
+	}
+	return true
+}
+
+type value struct {
+	UID             string `json:"uid"`
+	Namespace       string `json:"namespace,omitempty"`
+	Name            string `json:"name"`
+	ResourceVersion string `json:"resourceVersion"`
+}
+
+// PutMsg is the message that records o under prefix.
+func (b *Bucket) PutMsg(prefix string, o Object) *event.Message {
+	data, _ := json.Marshal(value(o)) // strings only: cannot fail
+	return &event.Message{Subject: b.subjPre + Key(prefix, o.UID), Data: data}
+}
+
+// DeleteMsg is the message that forgets uid under prefix: a purge of the key
+// whose marker expires when the bucket allows it, else a delete marker.
+func (b *Bucket) DeleteMsg(prefix, uid string) *event.Message {
+	return b.DeleteKeyMsg(Key(prefix, uid))
+}
+
+// DeleteKeyMsg is DeleteMsg for a key as read from the bucket.
+func (b *Bucket) DeleteKeyMsg(key string) *event.Message {
+	h := map[string][]string{"KV-Operation": {"DEL"}}
+	if b.ttl != "" {
+		h = map[string][]string{"KV-Operation": {"PURGE"}, "Nats-Rollup": {"sub"}, "Nats-TTL": {b.ttl}}
+	}
+	return &event.Message{Subject: b.subjPre + key, Header: h}
+}
+
+// epochKey is where a watch's relist epoch is kept: outside the watch's
+// object keys, so Load never sees it.
+func epochKey(prefix string) string { return "_epoch." + prefix }
+
+// EpochMsg is the message that records the relist epoch of the watch under
+// prefix. relayd writes it with each sync.started, so that the epoch keeps
+// increasing even when the checkpoint is lost.
+func (b *Bucket) EpochMsg(prefix string, epoch uint64) *event.Message {
+	return &event.Message{Subject: b.subjPre + epochKey(prefix), Data: strconv.AppendUint(nil, epoch, 10)}
+}
+
+// Epoch reads the epoch recorded by EpochMsg; 0 if none.
+func (b *Bucket) Epoch(ctx context.Context, prefix string) (uint64, error) {
+	e, err := b.kv.Get(ctx, epochKey(prefix))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("index bucket %q: read %s: %w", b.name, epochKey(prefix), err)
+	}
+	n, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("index bucket %q: %s: %w", b.name, epochKey(prefix), err)
+	}
+	return n, nil
+}
+
+// CorruptError is returned by Load when values could not be decoded; every
+// other value was loaded.
+type CorruptError struct {
+	Keys []string // the corrupt keys
+	Err  error    // the first decoding error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%d corrupt index entries (first %q: %v)", len(e.Keys), e.Keys[0], e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Load adds every object stored under prefix to x and returns their number.
+// Values that cannot be decoded are skipped and reported by a *CorruptError
+// once the others are loaded.
+func (b *Bucket) Load(ctx context.Context, prefix string, x *Index) (int, error) {
+	w, err := b.kv.Watch(ctx, prefix+".>", jetstream.IgnoreDeletes())
+	if err != nil {
+		return 0, fmt.Errorf("index bucket %q: read %s.*: %w", b.name, prefix, err)
+	}
+	defer func() { _ = w.Stop() }()
+	n := 0
+	var corrupt *CorruptError
+	for {
+		select {
+		case <-ctx.Done():
+			return n, fmt.Errorf("index bucket %q: read %s.*: %w", b.name, prefix, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return n, fmt.Errorf("index bucket %q: read %s.*: watcher closed", b.name, prefix)
+			}
+			if e == nil { // initial values done
+				if corrupt != nil {
+					return n, corrupt
+				}
+				return n, nil
+			}
+			var v value
+			if err := json.Unmarshal(e.Value(), &v); err != nil || v.UID == "" || v.Name == "" || v.ResourceVersion == "" {
+				if err == nil {
+					err = errors.New("uid, name or resourceVersion missing")
+				}
+				if corrupt == nil {
+					corrupt = &CorruptError{Err: err}
+				}
+				corrupt.Keys = append(corrupt.Keys, e.Key())
+				continue
+			}
+			x.Put(Object(v))
+			n++
+		}
+	}
+}

@@ -1,0 +1,237 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/relayd/relayd/pkg/checkpoint"
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/index"
+	"github.com/relayd/relayd/pkg/metrics"
+	"github.com/relayd/relayd/pkg/sink"
+)
+
+// IndexCheckEnv is the environment variable that turns on the index
+// consistency check (for tests): after every relist relayd compares its
+// object index with a consistent LIST at the relist's resourceVersion and
+// stops with an error on any difference. cmd/relayd maps it to
+// Options.IndexCheck.
+const IndexCheckEnv = "RELAYD_INDEX_CHECK"
+
+// openIndex opens (or creates) the index bucket, retrying until it
+// succeeds: NATS may not be up yet, or the bucket may be missing.
+func (r *relay) openIndex(ctx context.Context) {
+	ix := r.cfg.NATS.Index
+	o := index.BucketOptions{Name: ix.Bucket, Create: ix.CreateBucket(), Replicas: ix.Replicas, Storage: jetstream.FileStorage}
+	if ix.Storage == config.StorageMemory {
+		o.Storage = jetstream.MemoryStorage
+	}
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 30 * time.Second}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		b, err := index.Open(cctx, r.js, o)
+		cancel()
+		if err == nil {
+			if !b.ExpiringMarkers() {
+				r.log.Warn("the index bucket does not allow per-message TTLs: every deleted object leaves a small delete marker in it for good (create the bucket with a limit marker TTL, or let relayd create it)",
+					zap.String("bucket", b.Name()))
+			}
+			r.log.Info("index bucket ready", zap.String("bucket", b.Name()))
+			r.bucket.Store(b)
+			return
+		}
+		r.indexErr.Store(err.Error())
+		r.log.Error("cannot open the index bucket; sources wait", zap.String("bucket", ix.Bucket), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// loadIndex fills w.idx from the bucket. On the first load it also decides
+// whether the index can be trusted for the checkpoint, and returns the
+// reason of the list the watch must start with ("" for none).
+func (r *relay) loadIndex(ctx context.Context, w *watch) (relist string, err error) {
+	b := r.bucket.Load()
+	if w.idx != nil {
+		// A reload after a recovered panic: the handler may have stopped
+		// between indexing a change and submitting it. Wait until every
+		// submitted write is acked; then the bucket is the truth.
+		if err := w.pipe.Drain(ctx); err != nil {
+			return "", err
+		}
+	}
+	gen, err := b.Generation(ctx)
+	if err != nil {
+		return "", err
+	}
+	x := index.New()
+	n, err := b.Load(ctx, w.ixPrefix, x)
+	var corrupt *index.CorruptError
+	if errors.As(err, &corrupt) {
+		w.log.Error("the index has entries that cannot be read; they are removed and the source relists", zap.Strings("keys", corrupt.Keys), zap.Error(err))
+		for _, k := range corrupt.Keys {
+			if err := w.pipe.Submit(ctx, sink.Entry{Index: b.DeleteKeyMsg(k)}); err != nil {
+				return "", err
+			}
+		}
+		relist = metrics.ReasonIndexLost
+	} else if err != nil {
+		return "", err
+	}
+	first := w.idx == nil
+	w.idx, w.ixGen = x, gen.ID
+	w.setTracked(x.Len())
+	pos, hasCP := r.store.Get(w.key)
+	switch {
+	case !first:
+		relist = "" // resumes from the watermark; the bucket holds every acked write
+	case relist != "":
+	case hasCP && pos.Index == nil:
+		w.log.Warn("the checkpoint predates the object index; relisting once to build it (sync markers tell consumers)")
+		relist = metrics.ReasonIndexLost
+	case hasCP && pos.Index.Generation != gen.ID:
+		w.log.Warn("the index bucket is not the one the checkpoint was written with (deleted or recreated); relisting: deletes during the downtime may be missing, which the sync markers' reason (index-lost) says",
+			zap.String("checkpointGeneration", pos.Index.Generation), zap.String("bucketGeneration", gen.ID))
+		relist = metrics.ReasonIndexLost
+	case hasCP && gen.LastSeq < pos.Index.Seq:
+		w.log.Warn("the index bucket is behind the checkpoint (restored or lost writes); relisting: deletes during the downtime may be missing, which the sync markers' reason (index-lost) says",
+			zap.Uint64("checkpointSeq", pos.Index.Seq), zap.Uint64("bucketLastSeq", gen.LastSeq))
+		relist = metrics.ReasonIndexLost
+	case hasCP:
+		w.ixSeqFloor = pos.Index.Seq
+	case n > 0:
+		relist = metrics.ReasonNoCheckpoint
+	}
+	if first && !hasCP {
+		// Keep relaydepoch increasing when the checkpoint is gone.
+		if w.epochFloor, err = b.Epoch(ctx, w.ixPrefix); err != nil {
+			return "", err
+		}
+	}
+	w.log.Info("object index loaded", zap.Int("objects", n), zap.String("bucket", b.Name()), zap.String("relist", relist))
+	return relist, nil
+}
+
+// advance is the pipeline's watermark callback: the checkpoint records the
+// position with the index generation it matches.
+func (r *relay) advance(w *watch, a sink.Advance) {
+	ref := &checkpoint.IndexRef{Generation: w.ixGen, Seq: max(a.IndexSeq, w.ixSeqFloor)}
+	r.store.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref}, a.BookmarkOnly)
+}
+
+// syncDeleted publishes a delete (origin resync, final state unknown) for
+// every indexed object the relist did not contain.
+func (r *relay) syncDeleted(ctx context.Context, w *watch, it *sourceSync) error {
+	b := r.bucket.Load()
+	_, err := w.idx.EndSync(func(o index.Object) error {
+		w.counts.Deleted++
+		ix := b.DeleteMsg(w.ixPrefix, o.UID)
+		if !w.filter[event.Deleted] {
+			w.filtered.Inc()
+			return w.pipe.Submit(ctx, sink.Entry{Index: ix, ObjectKey: o.UID, Epoch: it.epoch})
+		}
+		msg, err := w.enc.Encode(&event.Change{
+			Type: event.Deleted, Origin: event.OriginResync, Epoch: it.epoch, Time: it.readAt.UTC(),
+			Resource: w.resource, FinalStateUnknown: true,
+			Meta: event.Meta{UID: o.UID, Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion},
+		})
+		if err != nil {
+			r.m.PublishErrors.WithLabelValues(w.src.Name, "unencodable").Inc()
+			w.log.Error("delete cannot be encoded; NOT published", zap.String("object", o.Namespace+"/"+o.Name), zap.Error(err))
+			return w.pipe.Submit(ctx, sink.Entry{Index: ix, ObjectKey: o.UID, Epoch: it.epoch})
+		}
+		return w.pipe.Submit(ctx, sink.Entry{Msg: &msg, Index: ix, ObjectKey: o.UID, Epoch: it.epoch,
+			ReadAt: it.readAt, Type: event.Deleted, Origin: event.OriginResync})
+	})
+	w.setTracked(w.idx.Len())
+	return err
+}
+
+type sourceSync struct {
+	epoch  uint64
+	readAt time.Time
+}
+
+// checkIndex compares w's index with a consistent LIST at exactly rv (the
+// relist's resourceVersion): same uids, same resourceVersions.
+func (r *relay) checkIndex(ctx context.Context, w *watch, rv string) error {
+	client, err := r.restClient(w.resource)
+	if err != nil {
+		return err
+	}
+	seen := 0
+	cont := ""
+	for {
+		req := client.Get().Resource(w.resource.Resource).
+			Param("resourceVersion", rv).Param("resourceVersionMatch", string(metav1.ResourceVersionMatchExact)).
+			Param("limit", "500")
+		if w.namespace != "" {
+			req = req.Namespace(w.namespace)
+		}
+		if w.src.LabelSelector != "" {
+			req = req.Param("labelSelector", w.src.LabelSelector)
+		}
+		if w.src.FieldSelector != "" {
+			req = req.Param("fieldSelector", w.src.FieldSelector)
+		}
+		if cont != "" {
+			req = req.Param("continue", cont)
+		}
+		body, err := req.DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("list at resourceVersion %s: %w", rv, err)
+		}
+		var page struct {
+			Metadata metav1.ListMeta   `json:"metadata"`
+			Items    []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return fmt.Errorf("decode list: %w", err)
+		}
+		for _, raw := range page.Items {
+			o, err := event.ParseObject(raw)
+			if err != nil {
+				return err
+			}
+			if r.isSelf(w, &o.Meta) {
+				continue
+			}
+			seen++
+			got, ok := w.idx.Get(o.Meta.UID)
+			if !ok {
+				return fmt.Errorf("%s/%s (uid %s, resourceVersion %s) exists at %s but is not indexed",
+					o.Meta.Namespace, o.Meta.Name, o.Meta.UID, o.Meta.ResourceVersion, rv)
+			}
+			if got.ResourceVersion != o.Meta.ResourceVersion || got.Name != o.Meta.Name || got.Namespace != o.Meta.Namespace {
+				return fmt.Errorf("%s/%s (uid %s) is at resourceVersion %s but indexed as %s/%s at %s",
+					o.Meta.Namespace, o.Meta.Name, o.Meta.UID, o.Meta.ResourceVersion, got.Namespace, got.Name, got.ResourceVersion)
+			}
+		}
+		if cont = page.Metadata.Continue; cont == "" {
+			break
+		}
+	}
+	if n := w.idx.Len(); n != seen {
+		var extra []string
+		w.idx.Range(func(o index.Object) bool {
+			extra = append(extra, o.Namespace+"/"+o.Name+"@"+o.ResourceVersion)
+			return len(extra) < 10
+		})
+		return fmt.Errorf("the index has %d objects, the list at %s has %d (some indexed: %v)", n, rv, seen, extra)
+	}
+	w.log.Info("index consistency check passed", zap.String("resourceVersion", rv), zap.String("objects", strconv.Itoa(seen)))
+	return nil
+}
