@@ -126,7 +126,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "relayd_source_leader", Help: "1 when this replica runs the source.",
 		}, src),
 		TrackedObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_tracked_objects", Help: "Objects the source knows to exist (last list plus adds minus deletes).",
+			Name: "relayd_tracked_objects", Help: "Objects in the source's object index (what relayd has published and not seen deleted).",
 		}, src),
 		Epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "relayd_source_epoch", Help: "Relist generation of the source (relaydepoch of its events).",
