@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/relayd/relayd/internal/failpoint"
 )
 
 // Defaults for the zero values of [Options].
@@ -468,7 +470,11 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 			}
 			cm.Data[p.key] = p.raw
 		}
+		failpoint.Inject(failpoint.CheckpointBeforeWrite)
 		_, err = s.client.Update(ctx, cm, metav1.UpdateOptions{FieldManager: fieldManager})
+		if err == nil {
+			failpoint.Inject(failpoint.CheckpointAfterWrite)
+		}
 		if apierrors.IsForbidden(err) {
 			return fmt.Errorf(`checkpoint: relayd may not "update" ConfigMap %s: %w`, s.object(), err)
 		}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/relayd/relayd/internal/failpoint"
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
@@ -261,6 +262,7 @@ func (r *relay) isSelf(w *watch, m *event.Meta) bool {
 // objects are not republished, new and changed ones are, and at the end
 // every indexed object the list did not contain is published as deleted).
 func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
+	failpoint.Inject(failpoint.RelayHandle)
 	switch it.Kind {
 	case source.ItemObject:
 		meta := &it.Object.Meta

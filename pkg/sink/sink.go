@@ -39,6 +39,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/relayd/relayd/internal/failpoint"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/metrics"
 )
@@ -219,6 +220,7 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 		// A failed publish (e.g. disconnected with a full reconnect buffer)
 		// leaves a nil future: the pipeline goroutine retries it in order.
 		pe.future = p.publishCounted(first)
+		failpoint.Inject(failpoint.SinkAfterPublish)
 	}
 	p.queue <- pe // cannot block: at most cap(slots) entries are queued
 	return nil
@@ -354,6 +356,7 @@ func (p *Pipeline) run2(ctx context.Context) {
 		}
 		ixSeq := p.ixSeq
 		p.mu.Unlock()
+		failpoint.Inject(failpoint.SinkAfterAck)
 		if advance && p.onAdvance != nil {
 			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly, IndexSeq: ixSeq})
 			bookmarkOnly = true
