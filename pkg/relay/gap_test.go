@@ -298,6 +298,14 @@ func gapScenario(t *testing.T, e *testenv.Env, mode string) {
 		func(m msg) bool { return m.Seq > before && isSync("completed")(m) && m.Env.RelaydSource == "sel" })
 	g := f.createCM("g", nil, nil)
 	ms = f.waitStored(30*time.Second, func(m msg) bool { return isEvent("added", "g", g.ResourceVersion)(m) && m.Env.RelaydOrigin == "watch" })
+	if u.r != nil {
+		if v := metricValue(t, u.r.reg, "relayd_tracked_objects", map[string]string{"source": "cms"}); v != float64(8+bulk) {
+			t.Errorf("relayd_tracked_objects{cms} = %v, want %d", v, 8+bulk)
+		}
+		if v := metricValue(t, u.r.reg, "relayd_relists_total", map[string]string{"source": "cms", "reason": "expired"}); v != 1 {
+			t.Errorf("relayd_relists_total{cms,expired} = %v, want 1", v)
+		}
+	}
 	u.stop()
 
 	want := map[string][]string{
@@ -345,14 +353,6 @@ func gapScenario(t *testing.T, e *testenv.Env, mode string) {
 				(m.Seq < started[0].Seq || m.Seq > completed[len(completed)-1].Seq || m.Env.RelaydEpoch != 2) {
 				t.Errorf("%s: resync event outside its markers or with the wrong epoch: %d %s epoch %d", src, m.Seq, m.Env.K8sName, m.Env.RelaydEpoch)
 			}
-		}
-	}
-	if u.r != nil {
-		if v := metricValue(t, u.r.reg, "relayd_tracked_objects", map[string]string{"source": "cms"}); v != float64(8+bulk) {
-			t.Errorf("relayd_tracked_objects{cms} = %v, want %d", v, 8+bulk)
-		}
-		if v := metricValue(t, u.r.reg, "relayd_relists_total", map[string]string{"source": "cms", "reason": "expired"}); v != 1 {
-			t.Errorf("relayd_relists_total{cms,expired} = %v, want 1", v)
 		}
 	}
 	if u.proc != nil && !strings.Contains(u.proc.log(), "index consistency check passed") {

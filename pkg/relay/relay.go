@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,7 +89,9 @@ type relay struct {
 	sink    *sink.Sink
 	disco   discovery.DiscoveryInterface
 	httpc   *http.Client
-	watches []*watch
+
+	mu     sync.Mutex
+	active map[string][]*watch // the watches of the sources this replica runs
 
 	ready         atomic.Bool // flipped off first on shutdown
 	checkpointsOK atomic.Bool
@@ -109,7 +112,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("relay: register metrics: %w", err)
 	}
-	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1)}
+	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]*watch{}}
 
 	// HTTP first, so /healthz answers while we connect.
 	srv, err := r.serveHTTP()
@@ -133,7 +136,6 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	r.sink = s
-	r.buildWatches()
 
 	// Everything below runs until ctx ends.
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
@@ -144,8 +146,18 @@ func Run(ctx context.Context, o Options) error {
 	bg.Go(func() { r.loadCheckpoints(runCtx) })
 	srcCtx, stopSources := context.WithCancel(runCtx)
 	var sources sync.WaitGroup
-	for _, w := range r.watches {
-		sources.Go(func() { r.supervise(srcCtx, w) })
+	// Every source runs here (one replica). Watches are registered before
+	// the readiness loop starts, so readiness waits for all of them.
+	for i := range r.cfg.Sources {
+		src := &r.cfg.Sources[i]
+		r.m.InitSource(src.Name)
+		r.m.SourceLeader.WithLabelValues(src.Name).Set(1)
+		ws := r.newWatches(src)
+		r.setActive(src.Name, ws)
+		sources.Go(func() {
+			r.runSource(srcCtx, ws)
+			r.setActive(src.Name, nil)
+		})
 	}
 	bg.Go(func() { r.checkpointLoop(runCtx) })
 	bg.Go(func() { r.readinessLoop(runCtx) })
@@ -171,30 +183,18 @@ func (r *relay) fail(err error) {
 }
 
 // shutdown is DESIGN §5: readiness off, stop watches, drain in-flight
-// publishes, write the final checkpoint (the HTTP servers stop last, in Run's
-// deferred call).
+// publishes, write the final checkpoint (each source does the last three as
+// it stops; the HTTP servers stop last, in Run's deferred call).
 func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup) {
 	t0 := time.Now()
 	r.ready.Store(false)
 	r.log.Info("shutting down: readiness off, stopping watches")
 	stopSources()
 	sources.Wait()
-	drainCtx, cancel := context.WithTimeout(context.Background(), r.cfg.Shutdown.DrainTimeout.Duration())
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, w := range r.watches {
-		wg.Go(func() {
-			if err := w.pipe.Drain(drainCtx); err != nil {
-				r.log.Warn("drain incomplete; these events were not checkpointed and will be replayed after restart", zap.Error(err))
-			}
-		})
-	}
-	wg.Wait()
-	for _, w := range r.watches {
-		w.pipe.Close()
-	}
 	if r.checkpointsOK.Load() {
-		if err := r.store.Flush(drainCtx); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Shutdown.DrainTimeout.Duration())
+		defer cancel()
+		if err := r.store.Flush(ctx); err != nil {
 			r.log.Error("final checkpoint write failed; the next start replays from the previous checkpoint", zap.Error(err))
 		} else {
 			r.log.Info("final checkpoint written")
@@ -204,6 +204,28 @@ func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup
 		r.log.Debug("nats flush", zap.Error(err))
 	}
 	r.log.Info("shutdown complete", zap.Duration("took", time.Since(t0)))
+}
+
+// setActive records the watches of a source this replica runs (nil: none).
+func (r *relay) setActive(source string, ws []*watch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ws == nil {
+		delete(r.active, source)
+		return
+	}
+	r.active[source] = ws
+}
+
+// activeWatches lists the watches of every source this replica runs.
+func (r *relay) activeWatches() []*watch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*watch
+	for _, ws := range r.active {
+		out = append(out, ws...)
+	}
+	return out
 }
 
 func (r *relay) connectKube() error {
@@ -367,7 +389,7 @@ func (r *relay) checkpointLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		oldest := map[string]time.Time{}
-		for _, w := range r.watches {
+		for _, w := range r.activeWatches() {
 			at := r.store.LastPersisted(w.key)
 			if at.IsZero() {
 				continue
@@ -412,12 +434,13 @@ func (r *relay) notReadyReason() string {
 		return "index bucket not open: " + msg
 	}
 	var waiting []string
-	for _, w := range r.watches {
+	for _, w := range r.activeWatches() {
 		if !w.established.Load() {
 			waiting = append(waiting, w.String())
 		}
 	}
 	if len(waiting) > 0 {
+		sort.Strings(waiting)
 		return "watches not yet established: " + strings.Join(waiting, ", ")
 	}
 	return ""

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,28 +73,63 @@ func (w *watch) String() string {
 	return w.src.Name + "/" + w.namespace
 }
 
-func (r *relay) buildWatches() {
-	for i := range r.cfg.Sources {
-		src := &r.cfg.Sources[i]
-		r.m.InitSource(src.Name)
-		r.m.SourceLeader.WithLabelValues(src.Name).Set(1) // single replica: runs every source
-		namespaces := src.Namespaces
-		if len(namespaces) == 0 {
-			namespaces = []string{""}
-		}
-		filter := map[event.Type]bool{}
-		for _, t := range []config.EventType{config.EventAdded, config.EventModified, config.EventDeleted} {
-			filter[event.Type(t)] = src.Publishes(t)
-		}
-		for _, ns := range namespaces {
-			w := &watch{src: src, namespace: ns, key: checkpoint.Key(src.Name, ns), filter: filter,
-				trackedG: r.m.TrackedObjects.WithLabelValues(src.Name), filtered: r.m.EventsFiltered.WithLabelValues(src.Name),
-				ixPrefix: index.Prefix(src.Name, ns)}
-			w.log = r.log.With(zap.String("source", src.Name), zap.String("namespace", ns))
-			w.pipe = r.sink.NewPipeline(src.Name, func(a sink.Advance) { r.advance(w, a) })
-			r.watches = append(r.watches, w)
+// newWatches builds the watches of one source: one per namespace (or one
+// for all namespaces / a cluster-scoped kind), each with a new pipeline.
+func (r *relay) newWatches(src *config.Source) []*watch {
+	namespaces := src.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{""}
+	}
+	filter := map[event.Type]bool{}
+	for _, t := range []config.EventType{config.EventAdded, config.EventModified, config.EventDeleted} {
+		filter[event.Type(t)] = src.Publishes(t)
+	}
+	var ws []*watch
+	for _, ns := range namespaces {
+		w := &watch{src: src, namespace: ns, key: checkpoint.Key(src.Name, ns), filter: filter,
+			trackedG: r.m.TrackedObjects.WithLabelValues(src.Name), filtered: r.m.EventsFiltered.WithLabelValues(src.Name),
+			ixPrefix: index.Prefix(src.Name, ns)}
+		w.log = r.log.With(zap.String("source", src.Name), zap.String("namespace", ns))
+		w.pipe = r.sink.NewPipeline(src.Name, func(a sink.Advance) { r.advance(w, a) })
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// runSource runs the watches ws of one source until ctx ends, then stops
+// them: it waits for their goroutines, drains their publishes (up to
+// shutdown.drainTimeout), closes their pipelines and writes the checkpoint.
+// When it returns, nothing of the source runs any more and its position is
+// stored (unless the write failed, which is logged): another replica may
+// take it over.
+func (r *relay) runSource(ctx context.Context, ws []*watch) {
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Go(func() { r.supervise(ctx, w) })
+	}
+	wg.Wait()
+	name := ws[0].src.Name
+	drainCtx, cancel := context.WithTimeout(context.Background(), r.cfg.Shutdown.DrainTimeout.Duration())
+	defer cancel()
+	for _, w := range ws {
+		wg.Go(func() {
+			if err := w.pipe.Drain(drainCtx); err != nil {
+				w.log.Warn("drain incomplete; these events were not checkpointed and will be replayed by whoever runs the source next", zap.Error(err))
+			}
+		})
+	}
+	wg.Wait()
+	for _, w := range ws {
+		w.pipe.Close()
+		w.setTracked(0)
+	}
+	if r.checkpointsOK.Load() {
+		if err := r.store.Flush(drainCtx); err != nil {
+			r.log.Error("checkpoint write after stopping the source failed; it resumes from the previous checkpoint", zap.String("source", name), zap.Error(err))
 		}
 	}
+	r.m.SourceUp.WithLabelValues(name).Set(0)
+	r.m.CheckpointAge.DeleteLabelValues(name)
 }
 
 // supervise runs one watch until ctx ends: it restarts it with backoff
@@ -242,7 +278,7 @@ func (r *relay) setUp(w *watch, up bool) {
 	}
 	w.up.Store(up)
 	all := 1.0
-	for _, o := range r.watches {
+	for _, o := range r.activeWatches() {
 		if o.src == w.src && !o.up.Load() {
 			all = 0
 		}
