@@ -79,16 +79,16 @@ func (o *Options) validate() error {
 
 // relay is one running instance.
 type relay struct {
-	o       Options
-	cfg     *config.Config
-	log     *zap.Logger
-	m       *metrics.Metrics
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	store   *checkpoint.Store
-	sink    *sink.Sink
-	disco   discovery.DiscoveryInterface
-	httpc   *http.Client
+	o     Options
+	cfg   *config.Config
+	log   *zap.Logger
+	m     *metrics.Metrics
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *checkpoint.Store
+	sink  *sink.Sink
+	disco discovery.DiscoveryInterface
+	httpc *http.Client
 
 	mu     sync.Mutex
 	active map[string][]*watch // the watches of the sources this replica runs
