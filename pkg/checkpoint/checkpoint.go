@@ -360,8 +360,9 @@ func (s *Store) LastPersisted(key string) time.Time {
 // are its own checkpoint writes): [Store.Run] persists such progress at most
 // once per BookmarkPersistInterval. Positions only move when the
 // ResourceVersion string differs (opaque: compared for equality only, never
-// ordered); advancing to the stored resourceVersion is a no-op, even with a
-// different Epoch. p.Updated is set to the current time. An empty
+// ordered) or the index generation changes; advancing to the stored
+// resourceVersion of the same generation is a no-op, even with a different
+// Epoch. p.Updated is set to the current time. An empty
 // ResourceVersion is ignored.
 func (s *Store) Advance(key string, p Position, bookmarkOnly bool) {
 	if p.ResourceVersion == "" {
@@ -372,7 +373,7 @@ func (s *Store) Advance(key string, p Position, bookmarkOnly bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.state(key)
-	if st.pos.ResourceVersion == p.ResourceVersion {
+	if st.pos.ResourceVersion == p.ResourceVersion && sameGeneration(st.pos.Index, p.Index) {
 		return
 	}
 	p.Updated = now
@@ -381,6 +382,12 @@ func (s *Store) Advance(key string, p Position, bookmarkOnly bool) {
 	if !bookmarkOnly {
 		st.normalGen = st.gen
 	}
+}
+
+// sameGeneration reports whether a position with index b adds nothing to
+// one with index a: same bucket generation (or no index given).
+func sameGeneration(a, b *IndexRef) bool {
+	return b == nil || (a != nil && a.Generation == b.Generation)
 }
 
 // pending is one key to write in a flush.

@@ -456,6 +456,22 @@ func TestSameResourceVersionIsNotDirty(t *testing.T) {
 	if p, _ := s.Get("k"); p.ResourceVersion != "4" || !p.Updated.Equal(clock.Now()) {
 		t.Fatalf("got %+v, want resourceVersion 4 updated now", p)
 	}
+	// The same resourceVersion with a new index generation moves it (else a
+	// relist that found nothing new would leave the checkpoint pointing at
+	// a lost index, and every restart would relist again); the same
+	// generation does not.
+	g1 := pos("4", 2)
+	g1.Index = &IndexRef{Generation: "g1", Seq: 3}
+	s.Advance("k", g1, false)
+	if p, _ := s.Get("k"); p.Index == nil || p.Index.Generation != "g1" {
+		t.Fatalf("got %+v, want generation g1", p)
+	}
+	g1b := pos("4", 2)
+	g1b.Index = &IndexRef{Generation: "g1", Seq: 9}
+	s.Advance("k", g1b, false)
+	if p, _ := s.Get("k"); p.Index.Seq != 3 {
+		t.Fatalf("got %+v: the same generation and resourceVersion moved it", p)
+	}
 }
 
 func TestAdvanceDuringFlushStaysDirty(t *testing.T) {
