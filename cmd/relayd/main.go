@@ -135,6 +135,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		Config: cfg, RestConfig: restCfg, Logger: log, Registry: prometheus.NewRegistry(),
 		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr,
 		IndexCheck: os.Getenv(relay.IndexCheckEnv) == "1",
+		Identity:   os.Getenv("POD_NAME"), // the downward API; the host name otherwise
 	})
 	if err != nil {
 		log.Error("relayd stopped", zap.Error(err))

@@ -390,6 +390,30 @@ func sameGeneration(a, b *IndexRef) bool {
 	return b == nil || (a != nil && a.Generation == b.Generation)
 }
 
+// Discard drops the progress of keys that was not written yet, for a replica
+// that lost the ownership of their watches: another replica may already be
+// advancing them, and a late write from here would move them back. Get then
+// returns the position last read or written. Call it only after the watch's
+// pipeline stopped calling Advance.
+func (s *Store) Discard(keys ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		st, ok := s.keys[k]
+		if !ok || !st.dirty() {
+			continue
+		}
+		st.gen, st.normalGen = st.persistedGen, st.persistedGen
+		st.pos = Position{}
+		if st.storedRaw != "" {
+			if p, err := decode(st.storedRaw); err == nil {
+				st.pos = p
+			}
+		}
+		s.log.Info("discarded unwritten progress of a watch this replica no longer owns", zap.String("key", k))
+	}
+}
+
 // pending is one key to write in a flush.
 type pending struct {
 	key string

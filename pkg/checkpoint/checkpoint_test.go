@@ -638,3 +638,38 @@ func TestAdvanceIgnoresEmptyResourceVersion(t *testing.T) {
 		t.Fatalf("dirty keys %v", todo)
 	}
 }
+
+func TestDiscardDropsUnwrittenProgress(t *testing.T) {
+	admin := clientset(t, false)
+	ns := namespace(t, admin)
+	cc := &counting{ConfigMapsGetter: admin.CoreV1()}
+	s := newStore(t, cc, ns, nil)
+	mustLoad(t, s)
+	s.Advance("k", pos("5", 1), false)
+	if err := s.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.Advance("k", pos("9", 1), false)
+	s.Advance("fresh", pos("3", 1), false)
+	s.Discard("k", "fresh", "unknown")
+	if err := s.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := cc.updates.Load(); got != 1 {
+		t.Fatalf("%d writes, want 1: discarded progress was written", got)
+	}
+	if p, ok := s.Get("k"); !ok || p.ResourceVersion != "5" {
+		t.Fatalf("Get(k) = %+v, %v; want the stored 5", p, ok)
+	}
+	if p, ok := s.Get("fresh"); ok {
+		t.Fatalf("Get(fresh) = %+v; want none (never stored)", p)
+	}
+	// Later progress is written as usual.
+	s.Advance("k", pos("10", 1), false)
+	if err := s.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := cc.updates.Load(); got != 2 {
+		t.Fatalf("%d writes, want 2", got)
+	}
+}

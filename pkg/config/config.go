@@ -31,6 +31,8 @@ type Config struct {
 	Watch Watch `yaml:"watch"`
 	// Shutdown configures the SIGTERM sequence.
 	Shutdown Shutdown `yaml:"shutdown"`
+	// Sharding spreads the sources over several replicas (one Lease each).
+	Sharding Sharding `yaml:"sharding"`
 	// Sources lists the resources to watch. At least one is required.
 	Sources []Source `yaml:"sources"`
 
@@ -148,6 +150,25 @@ type Backoff struct {
 	// because 0 (no jitter) is a valid setting that differs from the
 	// default; use JitterFraction to read it.
 	Jitter *float64 `yaml:"jitter"`
+}
+
+// Sharding configures running several replicas: every source has a
+// coordination.k8s.io Lease "<leasePrefix>-<source>" in checkpoint.namespace,
+// pre-created, and runs on the replica that holds it (see pkg/shard).
+type Sharding struct {
+	// Enabled turns sharding on. Off (the default), this replica runs every
+	// source and uses no Lease: run one replica.
+	Enabled bool `yaml:"enabled"`
+	// LeasePrefix names the Leases.
+	LeasePrefix string `yaml:"leasePrefix"`
+	// LeaseDuration is how long other replicas wait after the last renewal
+	// they saw before taking a source over (the fail-over time).
+	LeaseDuration Duration `yaml:"leaseDuration"`
+	// RenewDeadline is how long a replica keeps running a source without a
+	// successful renewal.
+	RenewDeadline Duration `yaml:"renewDeadline"`
+	// RetryPeriod is how often each Lease is renewed or tried.
+	RetryPeriod Duration `yaml:"retryPeriod"`
 }
 
 // Shutdown configures the graceful shutdown sequence.
@@ -281,6 +302,10 @@ const (
 	DefaultRelistBackoffJitter  = 0.5
 	DefaultPageSize             = 500
 	DefaultDrainTimeout         = 20 * time.Second
+	DefaultLeasePrefix          = "relayd"
+	DefaultLeaseDuration        = 15 * time.Second
+	DefaultRenewDeadline        = 10 * time.Second
+	DefaultRetryPeriod          = 2 * time.Second
 	DefaultPayload              = PayloadFull
 	DefaultInitial              = InitialSnapshot
 )
@@ -355,6 +380,12 @@ func (c *Config) ApplyDefaults() {
 	setInt(&w.PageSize, DefaultPageSize)
 
 	setDuration(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
+
+	sh := &c.Sharding
+	setString(&sh.LeasePrefix, DefaultLeasePrefix)
+	setDuration(&sh.LeaseDuration, DefaultLeaseDuration)
+	setDuration(&sh.RenewDeadline, DefaultRenewDeadline)
+	setDuration(&sh.RetryPeriod, DefaultRetryPeriod)
 
 	for i := range c.Sources {
 		src := &c.Sources[i]

@@ -78,6 +78,10 @@ bad-event-types.yaml:10: sources[0].eventTypes[2]: duplicate event type "added" 
 bad-index.yaml:8: nats.index.replicas: must be between 1 and 5, got 7
 bad-index.yaml:9: nats.index.storage: "disk" is not a valid storage type (must be file or memory)`,
 
+		"bad-sharding.yaml": `bad-sharding.yaml:8: sharding.leasePrefix: "Relayd" is not a valid prefix (must be a DNS-1123 label)
+bad-sharding.yaml:11: sharding.retryPeriod: must be greater than 0, got -1s
+bad-sharding.yaml:9: sharding.leaseDuration: must be greater than sharding.renewDeadline (10s), got 5s`,
+
 		"bad-idle-timeout.yaml": `bad-idle-timeout.yaml:8: watch.idleTimeout: must be greater than watch.timeout (5m), got 5m`,
 
 		"bad-many.yaml": `bad-many.yaml:2: cluster: "prod.eu" is not a valid cluster name (must be letters, digits, '_' and '-')
@@ -208,6 +212,7 @@ func TestGoodMinimalDefaults(t *testing.T) {
 			PageSize: 500,
 		},
 		Shutdown: Shutdown{DrainTimeout: Duration(20 * time.Second)},
+		Sharding: Sharding{LeasePrefix: "relayd", LeaseDuration: Duration(15 * time.Second), RenewDeadline: Duration(10 * time.Second), RetryPeriod: Duration(2 * time.Second)},
 		Sources: []Source{{
 			Name:       "pods",
 			APIVersion: "v1",
@@ -468,9 +473,9 @@ x:5: sources[1].resource.resource: "Deployments" is not a valid resource name (m
 		{"type error suppresses validation", base + "sources: [{name: [pods], apiVersion: v1, kind: Pod}]\n",
 			"x:3: sources[0].name: expected a string, got a list"},
 		{"non-string key", base + src + "1: x\n",
-			`x:4: 1: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sources)`},
+			`x:4: 1: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`},
 		{"odd key", base + src + "\"a.b\": x\n",
-			`x:4: ["a.b"]: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sources)`},
+			`x:4: ["a.b"]: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`},
 		{"mapping key", base + src + "? [a]\n: x\n", "x:4: mapping keys must be strings, got a list"},
 		{"case suggestion", base + src + "shutdown: {draintimeout: 1s}\n", `x:4: shutdown.draintimeout: unknown key (did you mean "drainTimeout"?)`},
 		{"duration wrong kind", base + src + "shutdown: {drainTimeout: [1s]}\n",
@@ -518,7 +523,7 @@ sources:
     namespaces: *ns
 `
 	_, err := Parse([]byte(doc), "x")
-	if want := `x:3: x-common: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sources)`; err == nil || err.Error() != want {
+	if want := `x:3: x-common: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`; err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}
 	doc = strings.Replace(doc, "x-common: &common\n  apiVersion: v1\n  payload: metadata\n", "", 1)
@@ -543,7 +548,7 @@ sources:
 		{"self merge", "cluster: &c {<<: *c}\n", "x:1: cluster: expected a string, got a mapping"},
 		{"merge cycle", "nats: &n {<<: *n}\n", "x:1: nats: alias *n refers to a node that contains it"},
 		{"merge of a scalar", "nats: {<<: 3}\n", `x:1: nats: the merge key "<<" needs a mapping or a list of mappings, got 3`},
-		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sources)`},
+		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`},
 		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, tokenFile, name, publishTimeout, maxInFlight, stream, index)`},
 		{"alias to ancestor", "sources: &s [*s]\n", "x:1: sources[0]: expected a mapping, got a list"},
 	} {

@@ -99,6 +99,22 @@
 //   - drainTimeout (default 20s, > 0): wait for in-flight publishes and the
 //     final checkpoint on SIGTERM.
 //
+// sharding:
+//
+//   - enabled (default false): spread the sources over several replicas.
+//     Every source then runs on the replica holding its coordination.k8s.io
+//     Lease "<leasePrefix>-<source>" in checkpoint.namespace, which must be
+//     pre-created (relayd only gets and updates it). Off, the replica runs
+//     every source and uses no Lease: deploy one replica.
+//   - leasePrefix (default "relayd", a DNS-1123 label).
+//   - leaseDuration (default 15s, > renewDeadline): how long the others wait
+//     after the last renewal they saw before taking a source over.
+//   - renewDeadline (default 10s, > retryPeriod): how long a replica keeps a
+//     source running without a successful renewal. leaseDuration −
+//     renewDeadline is the time a source has to stop after losing its Lease.
+//   - retryPeriod (default 2s, > 0): how often each Lease is renewed or
+//     tried; about the hand-over time after a graceful stop.
+//
 // sources (required, at least one), each:
 //
 //   - name (required, unique, a DNS-1123 label: lowercase letters, digits

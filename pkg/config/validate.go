@@ -145,6 +145,27 @@ func (v *validator) config(c *Config) {
 	v.watch(&c.Watch)
 	v.positive("shutdown.drainTimeout", c.Shutdown.DrainTimeout)
 	v.sources(c.Sources)
+	v.sharding(c)
+}
+
+func (v *validator) sharding(c *Config) {
+	sh := &c.Sharding
+	if !isDNS1123Label(sh.LeasePrefix) {
+		v.add("sharding.leasePrefix", "%q is not a valid prefix (must be a DNS-1123 label)", sh.LeasePrefix)
+	} else {
+		for i := range c.Sources {
+			if name := sh.LeasePrefix + "-" + c.Sources[i].Name; isDNS1123Label(c.Sources[i].Name) && len(validation.IsDNS1123Subdomain(name)) > 0 {
+				v.add("sharding.leasePrefix", "makes the Lease name %q of source %q invalid (must be a DNS-1123 subdomain)", name, c.Sources[i].Name)
+			}
+		}
+	}
+	v.positive("sharding.retryPeriod", sh.RetryPeriod)
+	if sh.RenewDeadline <= sh.RetryPeriod {
+		v.add("sharding.renewDeadline", "must be greater than sharding.retryPeriod (%s), got %s", sh.RetryPeriod, sh.RenewDeadline)
+	}
+	if sh.LeaseDuration <= sh.RenewDeadline {
+		v.add("sharding.leaseDuration", "must be greater than sharding.renewDeadline (%s), got %s", sh.RenewDeadline, sh.LeaseDuration)
+	}
 }
 
 func (v *validator) nats(n *NATS) {

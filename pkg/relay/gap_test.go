@@ -24,6 +24,7 @@ import (
 type relaydProc struct {
 	t                  *testing.T
 	bin, dir, kc, conf string
+	env                []string // extra environment
 	cmd                *exec.Cmd
 }
 
@@ -52,7 +53,7 @@ func (p *relaydProc) start() {
 	p.t.Helper()
 	cmd := exec.Command(p.bin, "run", "-c", p.conf, "--kubeconfig", p.kc,
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0", "--log-level", "info")
-	cmd.Env = append(os.Environ(), relay.IndexCheckEnv+"=1")
+	cmd.Env = append(append(os.Environ(), relay.IndexCheckEnv+"=1"), p.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.OpenFile(filepath.Join(p.dir, "relayd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/relayd/relayd/pkg/checkpoint"
@@ -54,6 +55,9 @@ type Options struct {
 	// Ready, if set, receives the listeners' addresses once serving (tests
 	// use ":0").
 	Ready func(metricsAddr, healthAddr string)
+	// Identity names this replica in the sharding Leases (sharding.enabled);
+	// default: the host name. cmd/relayd passes $POD_NAME.
+	Identity string
 	// IndexCheck compares the object index with a consistent LIST after
 	// every relist and stops Run with an error on any difference (tests;
 	// see IndexCheckEnv).
@@ -79,16 +83,17 @@ func (o *Options) validate() error {
 
 // relay is one running instance.
 type relay struct {
-	o     Options
-	cfg   *config.Config
-	log   *zap.Logger
-	m     *metrics.Metrics
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	store *checkpoint.Store
-	sink  *sink.Sink
-	disco discovery.DiscoveryInterface
-	httpc *http.Client
+	o      Options
+	cfg    *config.Config
+	log    *zap.Logger
+	m      *metrics.Metrics
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	store  *checkpoint.Store
+	sink   *sink.Sink
+	disco  discovery.DiscoveryInterface
+	leases coordinationv1client.LeasesGetter
+	httpc  *http.Client
 
 	mu     sync.Mutex
 	active map[string][]*watch // the watches of the sources this replica runs
@@ -98,6 +103,7 @@ type relay struct {
 	bucket        atomic.Pointer[index.Bucket] // set once the index bucket is open
 	indexErr      atomic.Value                 // string: why it is not (yet)
 	failed        chan error                   // a fatal error (IndexCheck); Run stops
+	shardErr      atomic.Value                 // string: why sharding has not started ("" once it has)
 }
 
 // Run runs relayd until ctx is cancelled, then shuts down gracefully. It
@@ -146,18 +152,27 @@ func Run(ctx context.Context, o Options) error {
 	bg.Go(func() { r.loadCheckpoints(runCtx) })
 	srcCtx, stopSources := context.WithCancel(runCtx)
 	var sources sync.WaitGroup
-	// Every source runs here (one replica). Watches are registered before
-	// the readiness loop starts, so readiness waits for all of them.
-	for i := range r.cfg.Sources {
-		src := &r.cfg.Sources[i]
-		r.m.InitSource(src.Name)
-		r.m.SourceLeader.WithLabelValues(src.Name).Set(1)
-		ws := r.newWatches(src)
-		r.setActive(src.Name, ws)
-		sources.Go(func() {
-			r.runSource(srcCtx, ws)
-			r.setActive(src.Name, nil)
-		})
+	if r.cfg.Sharding.Enabled {
+		for i := range r.cfg.Sources {
+			r.m.InitSource(r.cfg.Sources[i].Name)
+			r.m.SourceLeader.WithLabelValues(r.cfg.Sources[i].Name).Set(0)
+		}
+		r.shardErr.Store("starting")
+		sources.Go(func() { r.runSharded(srcCtx) })
+	} else {
+		// Every source runs here (one replica). Watches are registered
+		// before the readiness loop starts, so readiness waits for all.
+		for i := range r.cfg.Sources {
+			src := &r.cfg.Sources[i]
+			r.m.InitSource(src.Name)
+			r.m.SourceLeader.WithLabelValues(src.Name).Set(1)
+			ws := r.newWatches(src)
+			r.setActive(src.Name, ws)
+			sources.Go(func() {
+				r.runSource(srcCtx, ws)
+				r.setActive(src.Name, nil)
+			})
+		}
 	}
 	bg.Go(func() { r.checkpointLoop(runCtx) })
 	bg.Go(func() { r.readinessLoop(runCtx) })
@@ -233,6 +248,12 @@ func (r *relay) connectKube() error {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "relayd"
 	}
+	// client-go's default of 5 requests/s would throttle relists and
+	// checkpoint writes of many sources; the apiserver's priority and
+	// fairness protects it.
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 100
+	}
 	httpc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return fmt.Errorf("relay: kubernetes client: %w", err)
@@ -243,6 +264,18 @@ func (r *relay) connectKube() error {
 		return fmt.Errorf("relay: kubernetes client: %w", err)
 	}
 	r.disco = cs.Discovery()
+	// The Leases get a client (and a client-side rate limiter) of their
+	// own, sized for their polling, so that renewals never queue behind
+	// other requests: a renewal that waits is a source that may be lost.
+	lc := rest.CopyConfig(cfg)
+	sh := r.cfg.Sharding
+	lc.QPS = float32(max(20, 4*float64(len(r.cfg.Sources))/sh.RetryPeriod.Duration().Seconds()))
+	lc.Burst = int(2 * lc.QPS)
+	lcs, err := kubernetes.NewForConfigAndClient(lc, httpc)
+	if err != nil {
+		return fmt.Errorf("relay: kubernetes client: %w", err)
+	}
+	r.leases = lcs.CoordinationV1()
 	store, err := checkpoint.New(checkpoint.Options{
 		Client:        cs.CoreV1(),
 		Namespace:     r.cfg.Checkpoint.Namespace,
@@ -425,6 +458,9 @@ func (r *relay) notReadyReason() string {
 	}
 	if r.nc == nil || !r.nc.IsConnected() {
 		return "NATS not connected"
+	}
+	if msg, _ := r.shardErr.Load().(string); msg != "" {
+		return "sharding not started: " + msg
 	}
 	if r.bucket.Load() == nil {
 		msg, _ := r.indexErr.Load().(string)

@@ -22,6 +22,7 @@ import (
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/metrics"
+	"github.com/relayd/relayd/pkg/shard"
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
 )
@@ -101,7 +102,10 @@ func (r *relay) newWatches(src *config.Source) []*watch {
 // shutdown.drainTimeout), closes their pipelines and writes the checkpoint.
 // When it returns, nothing of the source runs any more and its position is
 // stored (unless the write failed, which is logged): another replica may
-// take it over.
+// take it over. If ctx ended because this replica lost the source's Lease
+// (shard.ErrLeaseLost), another replica may already run it: nothing is
+// drained or written, and progress not yet written is discarded, so that
+// the other replica's checkpoint cannot be moved back.
 func (r *relay) runSource(ctx context.Context, ws []*watch) {
 	var wg sync.WaitGroup
 	for _, w := range ws {
@@ -109,9 +113,13 @@ func (r *relay) runSource(ctx context.Context, ws []*watch) {
 	}
 	wg.Wait()
 	name := ws[0].src.Name
+	lost := errors.Is(context.Cause(ctx), shard.ErrLeaseLost)
 	drainCtx, cancel := context.WithTimeout(context.Background(), r.cfg.Shutdown.DrainTimeout.Duration())
 	defer cancel()
 	for _, w := range ws {
+		if lost {
+			break
+		}
 		wg.Go(func() {
 			if err := w.pipe.Drain(drainCtx); err != nil {
 				w.log.Warn("drain incomplete; these events were not checkpointed and will be replayed by whoever runs the source next", zap.Error(err))
@@ -119,11 +127,17 @@ func (r *relay) runSource(ctx context.Context, ws []*watch) {
 		})
 	}
 	wg.Wait()
+	keys := make([]string, 0, len(ws))
 	for _, w := range ws {
 		w.pipe.Close()
 		w.setTracked(0)
+		keys = append(keys, w.key)
 	}
-	if r.checkpointsOK.Load() {
+	if lost {
+		r.store.Discard(keys...)
+		r.log.Warn("lost the Lease of the source: stopped without writing its checkpoint; the replica taking it over resumes from the last one written (replays are dropped by JetStream as duplicates)",
+			zap.String("source", name))
+	} else if r.checkpointsOK.Load() {
 		if err := r.store.Flush(drainCtx); err != nil {
 			r.log.Error("checkpoint write after stopping the source failed; it resumes from the previous checkpoint", zap.String("source", name), zap.Error(err))
 		}

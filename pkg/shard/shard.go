@@ -79,6 +79,9 @@ type Options struct {
 	// is called from the source's goroutine and must be safe for concurrent
 	// use.
 	OnLeading func(source string, leading bool)
+	// OnStarted, if set, is called once the Leases passed Run's start-up
+	// check.
+	OnStarted func()
 }
 
 // slotState is where one source stands on this replica.
@@ -139,6 +142,7 @@ type Sharder struct {
 	warmup        time.Duration // no acquiring this long after the first heartbeat
 	runSource     func(context.Context, string)
 	onLeading     func(string, bool)
+	onStarted     func()
 	log           *zap.Logger
 	slots         []*slot // sorted by source
 	hbSlot        *slot   // where a replica that holds nothing heartbeats
@@ -226,6 +230,7 @@ func New(o Options) (*Sharder, error) {
 		warmup:        2 * o.RetryPeriod,
 		runSource:     o.Run,
 		onLeading:     o.OnLeading,
+		onStarted:     o.OnStarted,
 		log:           o.Logger.Named("shard").With(zap.String("identity", o.Identity)),
 		members:       map[string]*member{},
 		leading:       map[string]bool{},
@@ -269,6 +274,9 @@ func (s *Sharder) Run(ctx context.Context) error {
 			return nil
 		}
 		return err
+	}
+	if s.onStarted != nil {
+		s.onStarted()
 	}
 	s.log.Info("sharding sources",
 		zap.String("namespace", s.namespace), zap.Int("sources", len(s.slots)),

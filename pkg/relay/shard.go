@@ -1,0 +1,98 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/shard"
+)
+
+// runSharded runs the sources this replica holds the Lease of (see
+// pkg/shard) until ctx ends. A failed start (a missing or forbidden Lease)
+// is retried with backoff and keeps the replica unready, naming the problem.
+func (r *relay) runSharded(ctx context.Context) {
+	sh := r.cfg.Sharding
+	id := r.o.Identity
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	names := make([]string, len(r.cfg.Sources))
+	for i := range r.cfg.Sources {
+		names[i] = r.cfg.Sources[i].Name
+	}
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
+	for {
+		s, err := shard.New(shard.Options{
+			Client: r.leases, Namespace: r.cfg.Checkpoint.Namespace, Identity: id, Sources: names,
+			LeasePrefix:   sh.LeasePrefix,
+			LeaseDuration: sh.LeaseDuration.Duration(), RenewDeadline: sh.RenewDeadline.Duration(), RetryPeriod: sh.RetryPeriod.Duration(),
+			Logger:    r.log.Named("shard"),
+			Run:       r.runShard,
+			OnLeading: func(source string, leading bool) { r.m.SourceLeader.WithLabelValues(source).Set(b2f(leading)) },
+			OnStarted: func() { r.shardErr.Store("") },
+		})
+		if err == nil {
+			err = s.Run(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("sharder stopped")
+		}
+		r.shardErr.Store(err.Error())
+		d := backoff.Step()
+		r.log.Error("sharding cannot start; no source runs on this replica; retrying", zap.String("identity", id), zap.Duration("in", d), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// runShard runs one source whose Lease this replica acquired, until the
+// Sharder cancels ctx.
+func (r *relay) runShard(ctx context.Context, name string) {
+	var src *config.Source
+	for i := range r.cfg.Sources {
+		if r.cfg.Sources[i].Name == name {
+			src = &r.cfg.Sources[i]
+		}
+	}
+	// Another replica may have run the source since the checkpoints were
+	// read: read them again before resuming from them.
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 30 * time.Second}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := r.store.Load(cctx)
+		cancel()
+		if err == nil {
+			r.checkpointsOK.Store(true)
+			break
+		}
+		r.log.Error("cannot read the checkpoints of a source this replica took over; it waits", zap.String("source", name), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff.Step()):
+		}
+	}
+	ws := r.newWatches(src)
+	r.setActive(name, ws)
+	defer r.setActive(name, nil)
+	r.runSource(ctx, ws)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,241 @@
+package relay_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// TestShardingFailover runs three relayd binaries over six sources sharing
+// one apiserver and one NATS through per-source Leases: the sources are
+// spread two per replica; kill -9 of one moves its sources to the others,
+// which resume from its checkpoints; a graceful stop hands over promptly;
+// and against an independent reference watch every change is on the stream
+// exactly once (the replays after the kill were dropped by JetStream).
+func TestShardingFailover(t *testing.T) {
+	const shards = 6
+	var srcs strings.Builder
+	for i := range shards {
+		fmt.Fprintf(&srcs, "\n  - name: s%d\n    apiVersion: v1\n    kind: ConfigMap\n    namespaces: [$NS]\n    labelSelector: shard=s%d", i, i)
+	}
+	f := newFixture(t, env, natsSrv, srcs.String())
+	const leaseDuration = 8 * time.Second
+	f.cfgYAML += `
+sharding:
+  enabled: true
+  leaseDuration: 8s
+  renewDeadline: 5s
+  retryPeriod: 500ms
+`
+	ctx := t.Context()
+	leases := f.cs.CoordinationV1().Leases(f.ns)
+	for i := range shards {
+		if _, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("relayd-s%d", i)}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holders := func() map[string]string { // source -> holder
+		out := map[string]string{}
+		for i := range shards {
+			l, err := leases.Get(ctx, fmt.Sprintf("relayd-s%d", i), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := l.Spec.HolderIdentity; h != nil && *h != "" {
+				out[fmt.Sprintf("s%d", i)] = *h
+			}
+		}
+		return out
+	}
+	count := func(h map[string]string) map[string]int {
+		c := map[string]int{}
+		for _, id := range h {
+			c[id]++
+		}
+		return c
+	}
+
+	// Reference history: an independent watch from before the first write.
+	list, err := f.cs.CoreV1().ConfigMaps(f.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := f.cs.CoreV1().ConfigMaps(f.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, LabelSelector: "shard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		history []change
+	)
+	refDone := make(chan struct{})
+	go func() {
+		defer close(refDone)
+		for ev := range ref.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok {
+				continue
+			}
+			typ := map[watch.EventType]string{watch.Added: "added", watch.Modified: "modified", watch.Deleted: "deleted"}[ev.Type]
+			mu.Lock()
+			history = append(history, change{string(cm.UID), cm.ResourceVersion, typ})
+			mu.Unlock()
+		}
+	}()
+
+	procs := map[string]*relaydProc{}
+	for _, id := range []string{"r0", "r1", "r2"} {
+		p := f.binary()
+		p.env = []string{"POD_NAME=" + id}
+		procs[id] = p
+		p.start()
+	}
+	f.eventually(60*time.Second, "two sources per replica", func() error {
+		if c := count(holders()); len(c) != 3 || c["r0"] != 2 || c["r1"] != 2 || c["r2"] != 2 {
+			return fmt.Errorf("holders %v", holders())
+		}
+		return nil
+	})
+	t.Logf("spread: %v", holders())
+
+	// Writer: creates and updates objects of every shard.
+	stopWriter := make(chan struct{})
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		rng := rand.New(rand.NewPCG(3, 4))
+		live := map[string]*corev1.ConfigMap{}
+		for i := 0; ; i++ {
+			select {
+			case <-stopWriter:
+				return
+			default:
+			}
+			name := fmt.Sprintf("cm-%d", rng.IntN(24))
+			cm, exists := live[name]
+			var err error
+			switch {
+			case !exists:
+				cm, err = f.cs.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name,
+					Labels: map[string]string{"shard": fmt.Sprintf("s%d", rng.IntN(shards))}}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
+				live[name] = cm
+			case rng.IntN(5) == 0:
+				err = f.cs.CoreV1().ConfigMaps(f.ns).Delete(ctx, name, metav1.DeleteOptions{})
+				delete(live, name)
+			default:
+				cm.Data = map[string]string{"i": fmt.Sprint(i)}
+				cm, err = f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cm, metav1.UpdateOptions{})
+				live[name] = cm
+			}
+			if err != nil {
+				t.Errorf("write %d: %v", i, err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	time.Sleep(2 * time.Second)
+
+	// kill -9 of r0: its sources go to r1 and r2 after the lease duration.
+	victim := holders()
+	procs["r0"].kill()
+	killed := time.Now()
+	f.eventually(3*leaseDuration, "r0's sources taken over", func() error {
+		h := holders()
+		for src, id := range victim {
+			if id == "r0" && (h[src] == "" || h[src] == "r0") {
+				return fmt.Errorf("%s still held by %q", src, h[src])
+			}
+		}
+		return nil
+	})
+	takeover := time.Since(killed)
+	f.eventually(20*time.Second, "three sources per survivor", func() error {
+		if c := count(holders()); c["r1"] != 3 || c["r2"] != 3 {
+			return fmt.Errorf("holders %v", holders())
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+
+	// Graceful stop of r1: r2 takes everything over well inside a lease
+	// duration, because r1 releases its Leases once it has stopped.
+	_ = procs["r1"].cmd.Process.Signal(syscall.SIGTERM)
+	stopped := time.Now()
+	f.eventually(leaseDuration/2, "r1's sources handed over to r2", func() error {
+		if c := count(holders()); c["r2"] != shards {
+			return fmt.Errorf("holders %v", holders())
+		}
+		return nil
+	})
+	handover := time.Since(stopped)
+	if err := procs["r1"].cmd.Wait(); err != nil {
+		t.Errorf("r1 did not exit cleanly: %v", err)
+	}
+	procs["r1"].cmd = nil
+	time.Sleep(time.Second)
+	close(stopWriter)
+	<-writerDone
+
+	// Every reference change on the stream, exactly once.
+	f.eventually(60*time.Second, "every change on the stream", func() error {
+		mu.Lock()
+		want := append([]change(nil), history...)
+		mu.Unlock()
+		have := map[change]int{}
+		for _, m := range f.stored() {
+			if strings.Contains(m.Env.Type, ".object.") {
+				have[change{m.Env.K8sUID, m.Env.K8sResourceVersion, m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:]}]++
+			}
+		}
+		for _, c := range want {
+			if have[c] == 0 {
+				return fmt.Errorf("missing %+v (of %d changes)", c, len(want))
+			}
+		}
+		return nil
+	})
+	procs["r2"].stop()
+	ref.Stop()
+	<-refDone
+	counts := map[change]int{}
+	objects := 0
+	for _, m := range f.stored() {
+		if strings.Contains(m.Env.Type, ".object.") && m.Env.RelaydOrigin == "watch" {
+			counts[change{m.Env.K8sUID, m.Env.K8sResourceVersion, m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:]}]++
+			objects++
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var dup []string
+	for c, n := range counts {
+		if n != 1 {
+			dup = append(dup, fmt.Sprintf("%+v x%d", c, n))
+		}
+	}
+	sort.Strings(dup)
+	if len(dup) > 0 {
+		t.Errorf("stored more than once: %v", dup)
+	}
+	for _, c := range history {
+		if counts[c] != 1 {
+			t.Errorf("reference change %+v stored %d times", c, counts[c])
+		}
+	}
+	if h := holders(); len(h) != 0 {
+		t.Errorf("Leases still held after every replica stopped: %v", h)
+	}
+	t.Logf("%d changes, %d watch events stored; kill -9 takeover %v (lease duration %v); graceful hand-over %v",
+		len(history), objects, takeover.Round(time.Millisecond), leaseDuration, handover.Round(time.Millisecond))
+}
