@@ -29,6 +29,10 @@ help: ## Show this help.
 build: ## Build bin/relayd (static, trimmed, version-stamped).
 	$(GOBUILD) -o $(BIN)/relayd ./cmd/relayd
 
+.PHONY: kustomize-bin
+kustomize-bin: ## Build kustomize (pinned in tools/kustomize/go.mod) into .cache/kustomize/ for test/deploy (cold: ~1 min; then cached).
+	hack/kustomize-bin.sh >/dev/null
+
 .PHONY: testenv-bins
 testenv-bins: ## Build etcd + kube-apiserver for tests into .cache/ (cold: ~8-12 min; then cached).
 	hack/testenv-bins.sh >/dev/null
@@ -67,7 +71,7 @@ lint: vet ## gofmt check, go vet, staticcheck.
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 .PHONY: test
-test: testenv-bins prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.
+test: testenv-bins kustomize-bin prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 
 .PHONY: clean

@@ -1,0 +1,495 @@
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/relayd/relayd/pkg/config"
+)
+
+const (
+	baseDir    = "deploy/base"
+	overlayDir = "deploy/overlays/example"
+)
+
+var shipped = []string{baseDir, overlayDir}
+
+// TestRBACIsLeastPrivilege: no wildcards, no create (or any other write but
+// update), no secrets, no non-resource URLs; ClusterRoles only list and
+// watch; Roles only get and update named objects that the manifests ship
+// (the checkpoint ConfigMap; a leader-election Lease would be another).
+func TestRBACIsLeastPrivilege(t *testing.T) {
+	mapper := discoveryMapper(t)
+	for _, dir := range shipped {
+		t.Run(dir, func(t *testing.T) {
+			b := loadBundle(t, dir)
+			rules := roleRules(t, b.objs)
+			kinds := map[string]int{}
+			for o := range rules {
+				kinds[o.GetKind()]++
+			}
+			if kinds["ClusterRole"] != 1 || kinds["Role"] < 1 {
+				t.Errorf("want one ClusterRole and at least one Role, rendered %v", kinds)
+			}
+			checkpointGranted := sets.New[string]()
+			for o, rs := range rules {
+				if len(rs) == 0 {
+					t.Errorf("%s has no rules", describe(o))
+				}
+				for i, r := range rs {
+					where := describe(o) + " rule " + strconv.Itoa(i)
+					for _, f := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.ResourceNames} {
+						for _, s := range f {
+							if strings.Contains(s, "*") {
+								t.Errorf("%s: wildcard %q", where, s)
+							}
+						}
+					}
+					if len(r.NonResourceURLs) > 0 {
+						t.Errorf("%s: nonResourceURLs %q", where, r.NonResourceURLs)
+					}
+					if len(r.APIGroups) == 0 || len(r.Resources) == 0 || len(r.Verbs) == 0 {
+						t.Errorf("%s: empty apiGroups, resources or verbs", where)
+					}
+					for _, res := range r.Resources {
+						if res == "secrets" || strings.Contains(res, "/") {
+							t.Errorf("%s: grants %q (no secrets, no subresources)", where, res)
+						}
+					}
+					for _, v := range r.Verbs {
+						if v == "create" {
+							t.Errorf("%s: grants create: ship the object instead (RBAC cannot limit create by resourceNames)", where)
+						}
+					}
+					switch o.GetKind() {
+					case "ClusterRole":
+						if extra := sets.New(r.Verbs...).Difference(sets.New("list", "watch")); extra.Len() > 0 {
+							t.Errorf("%s: verbs %v beyond list and watch", where, sets.List(extra))
+						}
+						if len(r.ResourceNames) > 0 {
+							t.Errorf("%s: resourceNames on a list/watch rule match nothing useful", where)
+						}
+					case "Role":
+						if extra := sets.New(r.Verbs...).Difference(sets.New("get", "update")); extra.Len() > 0 {
+							t.Errorf("%s: verbs %v beyond get and update", where, sets.List(extra))
+						}
+						if len(r.ResourceNames) == 0 {
+							t.Errorf("%s: a Role rule must name its objects (resourceNames)", where)
+						}
+						// Every named object is shipped: relayd may not create it.
+						for _, g := range r.APIGroups {
+							for _, res := range r.Resources {
+								gvk, err := mapper.KindFor(schema.GroupVersionResource{Group: g, Resource: res})
+								if err != nil {
+									t.Errorf("%s: %s.%s: %v", where, res, g, err)
+									continue
+								}
+								for _, name := range r.ResourceNames {
+									shipped := false
+									for _, x := range b.objs {
+										shipped = shipped || (x.GroupVersionKind().GroupKind() == gvk.GroupKind() &&
+											x.GetName() == name && x.GetNamespace() == o.GetNamespace())
+									}
+									if !shipped {
+										t.Errorf("%s: grants %s on %s %s/%s, which the manifests do not ship", where, r.Verbs, gvk.Kind, o.GetNamespace(), name)
+									}
+									if g == "" && res == "configmaps" && name == b.checkpointCM.Name && o.GetNamespace() == b.checkpointCM.Namespace {
+										checkpointGranted.Insert(r.Verbs...)
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+			if !checkpointGranted.Equal(sets.New("get", "update")) {
+				t.Errorf("the Roles grant %v on the checkpoint ConfigMap %s/%s, want exactly get and update",
+					sets.List(checkpointGranted), b.checkpointCM.Namespace, b.checkpointCM.Name)
+			}
+			for _, p := range permissions(t, b.objs) {
+				t.Logf("granted: %s", p)
+			}
+		})
+	}
+}
+
+// TestClusterRoleGrantsExactlyTheWatchedResources resolves every source of
+// the shipped config through the real apiserver's discovery (as relayd
+// does) and requires list+watch on exactly those resources, nothing more.
+func TestClusterRoleGrantsExactlyTheWatchedResources(t *testing.T) {
+	mapper := discoveryMapper(t)
+	for _, dir := range shipped {
+		t.Run(dir, func(t *testing.T) {
+			b := loadBundle(t, dir)
+			want := sets.New[string]()
+			for _, gr := range watchedResources(t, mapper, b.cfg) {
+				want.Insert("list "+gr.Resource+"."+gr.Group, "watch "+gr.Resource+"."+gr.Group)
+			}
+			got := sets.New[string]()
+			for _, p := range permissions(t, b.objs) {
+				if p.roleKind == "ClusterRole" {
+					got.Insert(p.verb + " " + p.resource + "." + p.group)
+				}
+			}
+			if !got.Equal(want) {
+				t.Errorf("ClusterRole grants %v; the config's sources need exactly %v (missing %v, extra %v)",
+					sets.List(got), sets.List(want), sets.List(want.Difference(got)), sets.List(got.Difference(want)))
+			}
+		})
+	}
+}
+
+// TestBindingsGrantTheRolesToTheServiceAccount: every binding names a
+// rendered role and exactly relayd's ServiceAccount, in its namespace (also
+// after an overlay moves the namespace).
+func TestBindingsGrantTheRolesToTheServiceAccount(t *testing.T) {
+	for _, dir := range shipped {
+		t.Run(dir, func(t *testing.T) {
+			b := loadBundle(t, dir)
+			bound := sets.New[string]()
+			check := func(o *unstructured.Unstructured, ref rbacv1.RoleRef, subjects []rbacv1.Subject) {
+				role := find(t, b.objs, ref.Kind, ref.Name)
+				if role.GetNamespace() != o.GetNamespace() {
+					t.Errorf("%s binds %s from another namespace", describe(o), describe(role))
+				}
+				bound.Insert(ref.Kind + "/" + ref.Name)
+				want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: b.sa.Name, Namespace: b.sa.Namespace}}
+				if !reflect.DeepEqual(subjects, want) {
+					t.Errorf("%s subjects = %+v, want %+v", describe(o), subjects, want)
+				}
+			}
+			for _, o := range ofKind(b.objs, "ClusterRoleBinding") {
+				rb := typed[rbacv1.ClusterRoleBinding](t, o)
+				check(o, rb.RoleRef, rb.Subjects)
+			}
+			for _, o := range ofKind(b.objs, "RoleBinding") {
+				rb := typed[rbacv1.RoleBinding](t, o)
+				check(o, rb.RoleRef, rb.Subjects)
+			}
+			for o := range roleRules(t, b.objs) {
+				if !bound.Has(o.GetKind() + "/" + o.GetName()) {
+					t.Errorf("%s is bound by no binding", describe(o))
+				}
+			}
+			if b.cfg.Checkpoint.Namespace != "" && b.cfg.Checkpoint.Namespace != b.namespace() {
+				t.Errorf("config checkpoint.namespace %q, but relayd runs in %q", b.cfg.Checkpoint.Namespace, b.namespace())
+			}
+		})
+	}
+}
+
+// TestDeploymentIsRestrictedAndProbed pins the pod spec an operator relies
+// on: restricted securityContext, probes on named ports, resources,
+// GOMEMLIMIT and POD_NAMESPACE from the downward API, a grace period above
+// the drain timeout, the ServiceAccount token mounted for relayd only.
+func TestDeploymentIsRestrictedAndProbed(t *testing.T) {
+	for _, dir := range shipped {
+		t.Run(dir, func(t *testing.T) {
+			b := loadBundle(t, dir)
+			d, c := b.deployment, b.container
+			pod := d.Spec.Template.Spec
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+				t.Errorf("replicas = %v, want 1 (no leader election in the base)", d.Spec.Replicas)
+			}
+			if pod.ServiceAccountName != b.sa.Name {
+				t.Errorf("serviceAccountName = %q, want %q", pod.ServiceAccountName, b.sa.Name)
+			}
+			if pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
+				t.Error("the pod must mount the ServiceAccount token (relayd's in-cluster client needs it)")
+			}
+			if b.sa.AutomountServiceAccountToken == nil || *b.sa.AutomountServiceAccountToken {
+				t.Error("the ServiceAccount should not mount its token by default; the pod opts in")
+			}
+
+			psc := pod.SecurityContext
+			if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil ||
+				psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("pod securityContext = %+v, want runAsNonRoot and seccomp RuntimeDefault", psc)
+			}
+			if pod.HostNetwork || pod.HostPID || pod.HostIPC {
+				t.Error("the pod uses a host namespace")
+			}
+			sc := c.SecurityContext
+			switch {
+			case sc == nil:
+				t.Fatal("the container has no securityContext")
+			case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+				t.Error("allowPrivilegeEscalation must be false")
+			case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+				t.Error("readOnlyRootFilesystem must be true")
+			case sc.Privileged != nil && *sc.Privileged:
+				t.Error("privileged")
+			case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+				t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
+			case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+				t.Error("container seccompProfile must be RuntimeDefault")
+			}
+
+			ports := map[string]int32{}
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			for _, pr := range []struct {
+				name  string
+				probe *corev1.Probe
+				path  string
+			}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
+				if pr.probe == nil || pr.probe.HTTPGet == nil {
+					t.Errorf("no HTTP %s probe", pr.name)
+					continue
+				}
+				g := pr.probe.HTTPGet
+				if g.Path != pr.path || g.Port.StrVal == "" {
+					t.Errorf("%s probe = %s on port %s, want %s on a named port", pr.name, g.Path, g.Port.String(), pr.path)
+					continue
+				}
+				if ports[g.Port.StrVal] != bindPort(t, c.Args, "health-probe-bind-address") {
+					t.Errorf("%s probe port %q = %d, but relayd serves probes on %s", pr.name, g.Port.StrVal, ports[g.Port.StrVal],
+						flagValue(c.Args, "health-probe-bind-address"))
+				}
+			}
+			if ports["metrics"] == 0 || ports["metrics"] != bindPort(t, c.Args, "metrics-bind-address") {
+				t.Errorf("container port \"metrics\" = %d, relayd serves /metrics on %q", ports["metrics"], flagValue(c.Args, "metrics-bind-address"))
+			}
+
+			for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				if _, ok := c.Resources.Requests[res]; !ok {
+					t.Errorf("no %s request", res)
+				}
+				if _, ok := c.Resources.Limits[res]; !ok {
+					t.Errorf("no %s limit", res)
+				}
+			}
+			envs := map[string]corev1.EnvVar{}
+			for _, e := range c.Env {
+				envs[e.Name] = e
+			}
+			if e := envs["POD_NAMESPACE"]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+				t.Errorf("POD_NAMESPACE = %+v, want the downward API's metadata.namespace", e)
+			}
+			if e := envs["GOMEMLIMIT"]; e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil ||
+				e.ValueFrom.ResourceFieldRef.Resource != "limits.memory" ||
+				(e.ValueFrom.ResourceFieldRef.ContainerName != "" && e.ValueFrom.ResourceFieldRef.ContainerName != c.Name) ||
+				!(e.ValueFrom.ResourceFieldRef.Divisor.IsZero() || e.ValueFrom.ResourceFieldRef.Divisor.Cmp(resource.MustParse("1")) == 0) {
+				t.Errorf("GOMEMLIMIT = %+v, want limits.memory of this container in bytes (divisor 1: Go reads a plain number as bytes)", e)
+			}
+
+			grace := time.Duration(0)
+			if pod.TerminationGracePeriodSeconds != nil {
+				grace = time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
+			}
+			// relayd drains for up to drainTimeout, then writes the final
+			// checkpoint and stops its HTTP servers (up to 5s).
+			if drain := b.cfg.Shutdown.DrainTimeout.Duration(); grace < drain+10*time.Second {
+				t.Errorf("terminationGracePeriodSeconds %v is not above shutdown.drainTimeout %v plus 10s for the final checkpoint and HTTP shutdown", grace, drain)
+			}
+		})
+	}
+}
+
+// watchedResources resolves every source of cfg to its group and resource,
+// by name.
+func watchedResources(t testing.TB, mapper meta.RESTMapper, cfg *config.Config) map[string]schema.GroupResource {
+	t.Helper()
+	out := map[string]schema.GroupResource{}
+	for _, src := range cfg.Sources {
+		group, version := src.GroupVersion()
+		if src.Resource != nil {
+			out[src.Name] = schema.GroupResource{Group: group, Resource: src.Resource.Resource}
+			continue
+		}
+		m, err := mapper.RESTMapping(schema.GroupKind{Group: group, Kind: src.Kind}, version)
+		if err != nil {
+			t.Fatalf("source %q: %v", src.Name, err)
+		}
+		out[src.Name] = m.Resource.GroupResource()
+	}
+	return out
+}
+
+// discoveryMapper maps kinds and resources through the test apiserver's
+// discovery, as relayd resolves its sources.
+func discoveryMapper(t testing.TB) meta.RESTMapper {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(env.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := restmapper.GetAPIGroupResources(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return restmapper.NewDiscoveryRESTMapper(groups)
+}
+
+// bindPort is the port of a ":8080"-style listen-address flag.
+func bindPort(t testing.TB, args []string, flag string) int32 {
+	t.Helper()
+	v := flagValue(args, flag)
+	_, p, ok := strings.Cut(v, ":")
+	n, err := strconv.Atoi(p)
+	if !ok || err != nil {
+		t.Fatalf("--%s=%q is not host:port", flag, v)
+	}
+	return int32(n)
+}
+
+// TestServiceExposesMetricsToTheServiceMonitor: the ServiceMonitor of
+// deploy/monitoring (enabled by the example overlay) selects the Service by
+// its labels and scrapes the port named "metrics", which reaches relayd's
+// /metrics listener in the pod the Service selects.
+func TestServiceExposesMetricsToTheServiceMonitor(t *testing.T) {
+	b := loadBundle(t, overlayDir)
+	sm := find(t, b.objs, "ServiceMonitor", "")
+	match, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	if len(match) == 0 {
+		t.Fatal("ServiceMonitor has no spec.selector.matchLabels")
+	}
+	for k, v := range match {
+		if b.service.Labels[k] != v {
+			t.Errorf("ServiceMonitor selects %s=%s; the Service's labels are %v", k, v, b.service.Labels)
+		}
+	}
+	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if len(eps) == 0 {
+		t.Fatal("ServiceMonitor has no endpoints")
+	}
+	for _, ep := range eps {
+		port, _ := ep.(map[string]any)["port"].(string)
+		found := false
+		for _, p := range b.service.Spec.Ports {
+			if p.Name == port {
+				found = true
+				if p.TargetPort.StrVal == "" {
+					t.Errorf("Service port %q targets %s; use the container port's name", port, p.TargetPort.String())
+				}
+				ok := false
+				for _, cp := range b.container.Ports {
+					ok = ok || cp.Name == p.TargetPort.StrVal
+				}
+				if !ok {
+					t.Errorf("Service port %q targets %q, which the container does not name", port, p.TargetPort.StrVal)
+				}
+				if p.TargetPort.StrVal != "metrics" {
+					t.Errorf("Service port %q targets %q, want the container's \"metrics\" port", port, p.TargetPort.StrVal)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("ServiceMonitor scrapes port %q; the Service has no port of that name", port)
+		}
+	}
+	podLabels := b.deployment.Spec.Template.Labels
+	for k, v := range b.service.Spec.Selector {
+		if podLabels[k] != v {
+			t.Errorf("Service selects %s=%s; the pod's labels are %v", k, v, podLabels)
+		}
+	}
+}
+
+// TestExampleOverlay: the overlay moves everything into its namespace,
+// pins the image, replaces the config and adds the monitoring component.
+func TestExampleOverlay(t *testing.T) {
+	base, b := loadBundle(t, baseDir), loadBundle(t, overlayDir)
+	ns := find(t, b.objs, "Namespace", "")
+	for _, o := range b.objs {
+		switch o.GetKind() {
+		case "Namespace", "ClusterRole", "ClusterRoleBinding":
+			if o.GetNamespace() != "" {
+				t.Errorf("%s is cluster-scoped but has a namespace", describe(o))
+			}
+		default:
+			if o.GetNamespace() != ns.GetName() {
+				t.Errorf("%s is not in the overlay's namespace %q", describe(o), ns.GetName())
+			}
+		}
+	}
+	if img := b.container.Image; !strings.HasPrefix(img, "ghcr.io/relayd/relayd:") || strings.HasSuffix(img, ":latest") {
+		t.Errorf("overlay image = %q, want a pinned ghcr.io/relayd/relayd tag", img)
+	}
+	if b.cfg.Cluster == base.cfg.Cluster {
+		t.Errorf("overlay config has the base's cluster %q: the overlay's config.yaml did not replace the base's", b.cfg.Cluster)
+	}
+	if !strings.HasPrefix(b.configMap.Name, "relayd-config-") {
+		t.Errorf("overlay config ConfigMap %q has no content-hash suffix", b.configMap.Name)
+	}
+	for _, kind := range []string{"ServiceMonitor", "PrometheusRule"} {
+		find(t, b.objs, kind, "")
+	}
+	if cm := find(t, b.objs, "ConfigMap", "relayd-grafana-dashboard"); cm.GetLabels()["grafana_dashboard"] != "1" {
+		t.Error("the dashboard ConfigMap is not labelled grafana_dashboard: \"1\"")
+	}
+	// The overlay's config is valid as relayd sees it in the pod.
+	if err := b.cfg.ResolveDefaults(func(k string) string {
+		if k == config.PodNamespaceEnv {
+			return ns.GetName()
+		}
+		return ""
+	}, os.ReadFile); err != nil {
+		t.Error(err)
+	}
+	if b.cfg.Checkpoint.Namespace != b.checkpointCM.Namespace {
+		t.Errorf("relayd would look for its checkpoint in %q; it is shipped in %q", b.cfg.Checkpoint.Namespace, b.checkpointCM.Namespace)
+	}
+}
+
+// TestConfigChangeRollsThePod: the config ConfigMap's name carries a hash
+// of its content, so a changed config.yaml renames it and changes the pod
+// template (a rollout); the checkpoint ConfigMap keeps its name and has no
+// data of its own, so applying never touches relayd's positions.
+func TestConfigChangeRollsThePod(t *testing.T) {
+	before := loadBundle(t, baseDir)
+	dir := t.TempDir()
+	src := filepath.Join(repoRoot(t), baseDir)
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == filepath.Base(before.configPath) {
+			data = []byte(strings.Replace(string(data), "cluster: "+before.cfg.Cluster, "cluster: changed", 1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := loadBundle(t, dir)
+	if after.cfg.Cluster != "changed" {
+		t.Fatalf("the test did not change the config (cluster %q)", after.cfg.Cluster)
+	}
+	if before.configMap.Name == after.configMap.Name || !strings.HasPrefix(before.configMap.Name, "relayd-config-") {
+		t.Errorf("config ConfigMap name %q -> %q: want a content-hash suffix that changes with the config", before.configMap.Name, after.configMap.Name)
+	}
+	if reflect.DeepEqual(before.deployment.Spec.Template, after.deployment.Spec.Template) {
+		t.Error("the pod template did not change with the config: no rollout")
+	}
+	if before.checkpointCM.Name != after.checkpointCM.Name || before.checkpointCM.Name != before.cfg.Checkpoint.Name {
+		t.Errorf("checkpoint ConfigMap %q/%q must keep the configured name %q", before.checkpointCM.Name, after.checkpointCM.Name, before.cfg.Checkpoint.Name)
+	}
+	if len(before.checkpointCM.Data) > 0 || len(before.checkpointCM.BinaryData) > 0 {
+		t.Error("the shipped checkpoint ConfigMap has data: applying it would fight relayd's writes")
+	}
+	if _, has := find(t, before.objs, "ConfigMap", before.checkpointCM.Name).Object["data"]; has {
+		t.Error("the shipped checkpoint ConfigMap has a data field (even empty): leave it out")
+	}
+}
