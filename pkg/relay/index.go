@@ -19,6 +19,7 @@ import (
 	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/sink"
+	"github.com/relayd/relayd/pkg/source"
 )
 
 // IndexCheckEnv is the environment variable that turns on the index
@@ -190,7 +191,7 @@ func (r *relay) checkIndex(ctx context.Context, w *watch, rv string) error {
 		if cont != "" {
 			req = req.Param("continue", cont)
 		}
-		body, err := req.DoRaw(ctx)
+		body, err := source.RawResult(req.Do(ctx))
 		if err != nil {
 			return fmt.Errorf("list at resourceVersion %s: %w", rv, err)
 		}

@@ -472,7 +472,11 @@ func (r *relay) notReadyReason() string {
 	var waiting []string
 	for _, w := range r.activeWatches() {
 		if !w.established.Load() {
-			waiting = append(waiting, w.String())
+			why := w.String()
+			if e, _ := w.lastErr.Load().(string); e != "" {
+				why += " (" + e + ")"
+			}
+			waiting = append(waiting, why)
 		}
 	}
 	if len(waiting) > 0 {

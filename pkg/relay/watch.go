@@ -46,6 +46,7 @@ type watch struct {
 	filtered    prometheus.Counter
 	established atomic.Bool
 	up          atomic.Bool
+	lastErr     atomic.Value // string: why the watch last stopped (for /readyz)
 
 	// The object index (see pkg/index), owned by the watch goroutine.
 	idx        *index.Index
@@ -158,6 +159,9 @@ func (r *relay) supervise(ctx context.Context, w *watch) {
 			return
 		}
 		r.setUp(w, false)
+		if err != nil {
+			w.lastErr.Store(err.Error())
+		}
 		if time.Since(t0) > 5*time.Minute {
 			backoff = r.relistBackoff()
 		}

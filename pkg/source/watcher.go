@@ -349,12 +349,24 @@ func (w *Watcher) request(ctx context.Context) *rest.Request {
 	return r
 }
 
+// RawResult returns the body of a request's result, or its error with the
+// apiserver's Status decoded: Result.Raw (like DoRaw) returns an error
+// without it, so a 403 would say "unknown (get configmaps)" instead of
+// "configmaps is forbidden: User ... cannot list resource ...".
+func RawResult(res rest.Result) ([]byte, error) {
+	body, err := res.Raw()
+	if err != nil {
+		return nil, res.Error()
+	}
+	return body, nil
+}
+
 // currentRV reads the collection's current resourceVersion with a
 // one-item consistent LIST.
 func (w *Watcher) currentRV(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.o.IdleTimeout)
 	defer cancel()
-	body, err := w.request(ctx).Param("limit", "1").DoRaw(ctx)
+	body, err := RawResult(w.request(ctx).Param("limit", "1").Do(ctx))
 	if err != nil {
 		return "", err
 	}
@@ -427,7 +439,7 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 		if cont != "" {
 			r = r.Param("continue", cont)
 		}
-		body, err := r.DoRaw(pctx)
+		body, err := RawResult(r.Do(pctx))
 		cancel()
 		if err != nil {
 			return err // a 410 on a continue token restarts the whole list

@@ -155,16 +155,11 @@ func (in *install) without(t *testing.T, p permission, fn func()) {
 }
 
 // requireAPIServerTextForList: relayd's LIST requests (the paginated
-// fallback and the `initial: none` start) read errors with client-go's
-// DoRaw, which drops the apiserver's Status: a forbidden LIST is logged as
-// `unknown (get configmaps)` instead of `configmaps is forbidden: User ...
-// cannot list resource "configmaps" ...`. Until pkg/source keeps the
-// Status (Do(ctx).Raw() instead of DoRaw), the test accepts that form for
-// "list" only, logs it as WEAK, and still requires the error level, the
-// source and resource, the forbidden classification in
-// relayd_watch_restarts_total and an unready /readyz. Set it to true once
-// fixed.
-const requireAPIServerTextForList = false
+// fallback and the `initial: none` start) once read errors with client-go's
+// DoRaw, which drops the apiserver's Status (a forbidden LIST was logged as
+// `unknown (get configmaps)`). pkg/source now keeps the Status; false would
+// accept the old form again.
+const requireAPIServerTextForList = true
 
 // expectForbidden runs relayd from an empty checkpoint (a fresh install,
 // so it lists as well as watches) and requires an error log line carrying
@@ -225,6 +220,9 @@ func (in *install) expectForbidden(t *testing.T, p permission) {
 	code, body, err := r.probe("/readyz")
 	if err != nil || code != 503 {
 		t.Errorf("/readyz = %d %q (%v), want 503", code, body, err)
+	}
+	if p.roleKind == "ClusterRole" && !strings.Contains(body, "forbidden") {
+		t.Errorf("/readyz does not say why the watch is not established: %q", body)
 	}
 	if hc, hb, err := r.probe("/healthz"); err != nil || hc != 200 {
 		t.Errorf("/healthz = %d %q (%v), want 200", hc, hb, err)
