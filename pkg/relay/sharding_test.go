@@ -239,3 +239,72 @@ sharding:
 	t.Logf("%d changes, %d watch events stored; kill -9 takeover %v (lease duration %v); graceful hand-over %v",
 		len(history), objects, takeover.Round(time.Millisecond), leaseDuration, handover.Round(time.Millisecond))
 }
+
+// TestShardingSingleReplicaIgnoresItsOwnLeases: one in-process replica with
+// sharding on takes every source, is ready, reports leadership, and a source
+// watching Leases relays other Leases but never relayd's own, which it
+// renews every retry period.
+func TestShardingSingleReplicaIgnoresItsOwnLeases(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: leases
+    apiVersion: coordination.k8s.io/v1
+    kind: Lease
+    namespaces: [$NS]
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	f.cfgYAML += `
+sharding:
+  enabled: true
+  leaseDuration: 3s
+  renewDeadline: 2s
+  retryPeriod: 200ms
+`
+	ctx := t.Context()
+	leases := f.cs.CoordinationV1().Leases(f.ns)
+	for _, name := range []string{"relayd-leases", "relayd-cms"} {
+		if _, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := f.start(nil, true)
+	f.eventually(20*time.Second, "both sources led", func() error {
+		for _, src := range []string{"leases", "cms"} {
+			if v := metricValue(t, r.reg, "relayd_source_leader", map[string]string{"source": src}); v != 1 {
+				return fmt.Errorf("relayd_source_leader{%s} = %v", src, v)
+			}
+		}
+		return r.readyErr()
+	})
+	mine, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "mine"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // about ten renewals of relayd's own Leases
+	ms := f.waitStored(20*time.Second, isEvent("added", "mine", mine.ResourceVersion))
+	for _, m := range ms {
+		if strings.HasPrefix(m.Env.K8sName, "relayd-") {
+			t.Errorf("relayd published its own Lease: %s %s", m.Env.Type, m.Env.K8sName)
+		}
+	}
+	r.stop(t)
+	if h := holders(t, f, "relayd-leases", "relayd-cms"); len(h) != 0 {
+		t.Errorf("Leases still held after a graceful stop: %v", h)
+	}
+}
+
+func holders(t *testing.T, f *fixture, names ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, n := range names {
+		l, err := f.cs.CoordinationV1().Leases(f.ns).Get(t.Context(), n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := l.Spec.HolderIdentity; h != nil && *h != "" {
+			out[n] = *h
+		}
+	}
+	return out
+}

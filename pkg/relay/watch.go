@@ -304,11 +304,24 @@ func (r *relay) setUp(w *watch, up bool) {
 	r.m.SourceUp.WithLabelValues(w.src.Name).Set(all)
 }
 
-// isSelf reports the checkpoint ConfigMap itself: relayd must not feed on
-// its own writes.
+// isSelf reports relayd's own objects: the checkpoint ConfigMap and, with
+// sharding, the source Leases (renewed every few seconds). relayd must not
+// feed on its own writes.
 func (r *relay) isSelf(w *watch, m *event.Meta) bool {
-	return w.resource.Group == "" && w.resource.Resource == "configmaps" &&
-		m.Namespace == r.cfg.Checkpoint.Namespace && m.Name == r.cfg.Checkpoint.Name
+	if m.Namespace != r.cfg.Checkpoint.Namespace {
+		return false
+	}
+	switch {
+	case w.resource.Group == "" && w.resource.Resource == "configmaps":
+		return m.Name == r.cfg.Checkpoint.Name
+	case r.cfg.Sharding.Enabled && w.resource.Group == "coordination.k8s.io" && w.resource.Resource == "leases":
+		for i := range r.cfg.Sources {
+			if m.Name == shard.LeaseName(r.cfg.Sharding.LeasePrefix, r.cfg.Sources[i].Name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // handle turns one source item into pipeline entries, keeping the object
