@@ -1,0 +1,91 @@
+package tail
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/event"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LeakOptions()...) }
+
+// Run replays a real stream and prints one line per event: object events
+// with kind, namespace/name, resourceVersion, origin and their flags; sync
+// markers with reason, from/to and counts.
+func TestRunReplaysTheStream(t *testing.T) {
+	n := testenv.NATST(t, testenv.NATSOptions{})
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "K8S", Subjects: []string{"k8s.dev.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, binary := range []bool{false, true} {
+		enc, err := event.NewEncoder(event.EncoderOptions{Prefix: "k8s", Cluster: "dev", Source: "cms", Binary: binary})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+		res := event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
+		msgs := []event.Message{enc.Control(event.SyncEvent{Namespace: "ns", Epoch: 2, Reason: "expired", FromResourceVersion: "10", Time: at})}
+		for _, c := range []event.Change{
+			{Type: event.Modified, Origin: event.OriginResync, Epoch: 2, Time: at, Resource: res,
+				Meta: event.Meta{UID: "u1", Namespace: "ns", Name: "a", ResourceVersion: "12"}},
+			{Type: event.Deleted, Origin: event.OriginResync, Epoch: 2, Time: at, Resource: res, FinalStateUnknown: true,
+				Meta: event.Meta{UID: "u2", Namespace: "ns", Name: "b", ResourceVersion: "9"}},
+		} {
+			m, err := enc.Encode(&c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs = append(msgs, m)
+		}
+		msgs = append(msgs, enc.Control(event.SyncEvent{Completed: true, Namespace: "ns", Epoch: 2, Reason: "expired",
+			FromResourceVersion: "10", ToResourceVersion: "13", Counts: event.SyncCounts{Modified: 1, Deleted: 1, Total: 1}, Time: at}))
+		for _, m := range msgs {
+			m.MsgID = "" // the two rounds publish the same ids
+			delete(m.Header, jetstream.MsgIDHeader)
+			if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: m.Subject, Header: nats.Header(m.Header), Data: m.Data}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var out bytes.Buffer
+	if err := Run(ctx, Options{URL: n.URL(), Subject: "k8s.dev.>", Stream: "K8S", Count: 8, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`10:00:00.000  sync.started    source=cms namespace=ns epoch=2 reason=expired from="10"`,
+		`10:00:00.000  modified        ConfigMap              ns/a                                     rv=12       origin=resync`,
+		`10:00:00.000  deleted         ConfigMap              ns/b                                     rv=9        origin=resync (final state unknown)`,
+		`10:00:00.000  sync.completed  source=cms namespace=ns epoch=2 reason=expired from="10" to="13" counts={"added":0,"modified":1,"deleted":1,"unchanged":0,"total":1}`,
+	}
+	got := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(got) != 8 {
+		t.Fatalf("%d lines, want 8:\n%s", len(got), out.String())
+	}
+	for i, line := range got {
+		if line != want[i%4] {
+			t.Errorf("line %d (binary mode %v):\n got %s\nwant %s", i, i >= 4, line, want[i%4])
+		}
+	}
+	if s := Format("k8s.dev.x", nil, []byte("not json")); !strings.Contains(s, "undecodable message on k8s.dev.x") {
+		t.Errorf("undecodable: %s", s)
+	}
+}
