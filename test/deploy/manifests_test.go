@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -26,9 +27,10 @@ import (
 const (
 	baseDir    = "deploy/base"
 	overlayDir = "deploy/overlays/example"
+	haDir      = "deploy/overlays/ha"
 )
 
-var shipped = []string{baseDir, overlayDir}
+var shipped = []string{baseDir, overlayDir, haDir}
 
 // TestRBACIsLeastPrivilege: no wildcards, no create (or any other write but
 // update), no secrets, no non-resource URLs; ClusterRoles only list and
@@ -204,8 +206,24 @@ func TestDeploymentIsRestrictedAndProbed(t *testing.T) {
 			b := loadBundle(t, dir)
 			d, c := b.deployment, b.container
 			pod := d.Spec.Template.Spec
-			if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
-				t.Errorf("replicas = %v, want 1 (no leader election in the base)", d.Spec.Replicas)
+			// One replica (Recreate) without sharding; several only with
+			// sharding on, rolling without taking a pod away first, and
+			// POD_NAME for the replica's identity in the Leases.
+			switch {
+			case d.Spec.Replicas == nil:
+				t.Error("replicas unset")
+			case !b.cfg.Sharding.Enabled && (*d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType):
+				t.Errorf("replicas = %d, strategy %s; want 1 and Recreate without sharding", *d.Spec.Replicas, d.Spec.Strategy.Type)
+			case b.cfg.Sharding.Enabled && (*d.Spec.Replicas < 2 || d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType ||
+				d.Spec.Strategy.RollingUpdate == nil || d.Spec.Strategy.RollingUpdate.MaxUnavailable == nil || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0):
+				t.Errorf("replicas = %d, strategy %+v; want several replicas and a RollingUpdate with maxUnavailable 0 with sharding", *d.Spec.Replicas, d.Spec.Strategy)
+			}
+			podName := false
+			for _, e := range c.Env {
+				podName = podName || (e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name")
+			}
+			if !podName {
+				t.Error("POD_NAME is not set from metadata.name (the replica identity in the sharding Leases)")
 			}
 			if pod.ServiceAccountName != b.sa.Name {
 				t.Errorf("serviceAccountName = %q, want %q", pod.ServiceAccountName, b.sa.Name)

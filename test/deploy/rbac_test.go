@@ -43,19 +43,27 @@ type install struct {
 	mount      string
 	envv       []string
 	grace      time.Duration
+	editCfg    func(root *yaml.Node)
 }
 
 func newInstall(t *testing.T, e *testenv.Env, natsURL string) *install {
 	t.Helper()
-	in := &install{b: loadBundle(t, baseDir), e: e, c: newCluster(t, e), natsURL: natsURL, bin: relaydBin(t)}
+	return newInstallOf(t, e, natsURL, baseDir, nil)
+}
+
+// newInstallOf installs the kustomization in dir; editCfg, if set, may
+// change the config further (only timings, in the tests).
+func newInstallOf(t *testing.T, e *testenv.Env, natsURL, dir string, editCfg func(root *yaml.Node)) *install {
+	t.Helper()
+	in := &install{b: loadBundle(t, dir), e: e, c: newCluster(t, e), natsURL: natsURL, bin: relaydBin(t), editCfg: editCfg}
 	ns := in.b.namespace()
 	in.c.ensureNamespace(t, ns)
 	in.applyAll(t)
 	token := in.c.serviceAccountToken(t, ns, in.b.sa.Name)
 	in.as = tokenClient(t, e, token)
-	dir := t.TempDir()
-	in.kubeconfig = writeKubeconfig(t, e, dir, in.b.serviceAccountUser(), token)
-	in.mount = mkdir(t, filepath.Join(dir, "mount"))
+	tmp := t.TempDir()
+	in.kubeconfig = writeKubeconfig(t, e, tmp, in.b.serviceAccountUser(), token)
+	in.mount = mkdir(t, filepath.Join(tmp, "mount"))
 	in.project(t)
 	in.envv = containerEnv(t, in.b)
 	in.grace = time.Duration(*in.b.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
@@ -81,6 +89,9 @@ func (in *install) configObject(t *testing.T) *unstructured.Unstructured {
 	o := find(t, in.b.objs, "ConfigMap", in.b.configMap.Name).DeepCopy()
 	doc := editConfig(t, in.b.configMap.Data[in.b.configKey], func(root *yaml.Node) {
 		setKey(t, mapValue(t, root, "nats"), "url", in.natsURL)
+		if in.editCfg != nil {
+			in.editCfg(root)
+		}
 	})
 	if err := unstructured.SetNestedField(o.Object, doc, "data", in.b.configKey); err != nil {
 		t.Fatal(err)
@@ -107,6 +118,22 @@ func (in *install) project(t *testing.T) {
 // the projected folder, the listen addresses to free loopback ports.
 func (in *install) run(t *testing.T) *relayd {
 	t.Helper()
+	return in.runAs(t, "")
+}
+
+// runAs is run with POD_NAME=pod (the replica identity), unless pod is "".
+func (in *install) runAs(t *testing.T, pod string) *relayd {
+	t.Helper()
+	envv := in.envv
+	if pod != "" {
+		envv = nil
+		for _, kv := range in.envv {
+			if !strings.HasPrefix(kv, "POD_NAME=") {
+				envv = append(envv, kv)
+			}
+		}
+		envv = append(envv, "POD_NAME="+pod)
+	}
 	health, metrics := freeAddr(t), freeAddr(t)
 	var args []string
 	for _, a := range in.b.container.Args {
@@ -121,7 +148,7 @@ func (in *install) run(t *testing.T) *relayd {
 		args = append(args, a)
 	}
 	args = append(args, "--kubeconfig", in.kubeconfig)
-	return startRelayd(t, in.bin, args, in.envv, health, metrics)
+	return startRelayd(t, in.bin, args, envv, health, metrics)
 }
 
 func (in *install) waitReady(t *testing.T, r *relayd) {
@@ -538,6 +565,8 @@ func containerEnv(t testing.TB, b *bundle) []string {
 			out = append(out, e.Name+"="+e.Value)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
 			out = append(out, e.Name+"="+b.namespace())
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			out = append(out, e.Name+"="+b.deployment.Name+"-0") // a pod name; runAs sets others
 		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
 			q := b.container.Resources.Limits[corev1.ResourceMemory]
 			div := int64(1)
