@@ -3,6 +3,10 @@ package event
 import (
 	"encoding/json"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 func BenchmarkParseObject(b *testing.B) {
@@ -166,4 +170,96 @@ func BenchmarkBaselineUnmarshalMapStripMarshal(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// The benchmarks below name the hot-path steps of DESIGN §1 one by one, so
+// that `make bench` (benchstat) shows each step's cost and allocations:
+// frame parse, metadata extraction, managedFields stripping, envelope build
+// and subject encoding; then the same work done the client-go way.
+
+// BenchmarkHotPath runs each step on the pod fixture (8 KB with
+// managedFields and status).
+func BenchmarkHotPath(b *testing.B) {
+	raw := loadPod(b)
+	frame := append(append([]byte(`{"type":"MODIFIED","object":`), raw...), '}')
+	b.Run("frame-parse", func(b *testing.B) {
+		b.SetBytes(int64(len(frame)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := ParseWatchFrame(frame); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("frame-parse+metadata", func(b *testing.B) {
+		b.SetBytes(int64(len(frame)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := ParseWatchEvent(frame); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	_, o, err := ParseWatchEvent(frame)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, keep := range []bool{false, true} {
+		name := "payload-strip-managedfields"
+		if keep {
+			name = "payload-keep-managedfields"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = o.AppendPayload(nil, PayloadFull, keep)
+			}
+		})
+	}
+	e := newTestEncoder(b, EncoderOptions{Cluster: "prod", Source: "pods", MaxPayload: 1 << 20})
+	c := &Change{Type: Modified, Origin: OriginWatch, Epoch: 1, Time: testTime, Resource: podsResource, Meta: o.Meta,
+		Payload: PayloadFull, Data: o.AppendPayload(nil, PayloadFull, false)}
+	b.Run("envelope", func(b *testing.B) {
+		b.SetBytes(int64(len(c.Data)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := e.Encode(c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("subject", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = e.AppendSubject(make([]byte, 0, 128), podsResource, o.Meta.Namespace, o.Meta.Name, Modified)
+		}
+	})
+}
+
+// BenchmarkBaselineClientGoDecode is what a client-go watch consumer pays
+// per frame for the same pod: the typed decoder (corev1.Pod) and the
+// unstructured one (dynamic client), both from client-go's JSON serializers.
+func BenchmarkBaselineClientGoDecode(b *testing.B) {
+	raw := loadPod(b)
+	b.Run("typed", func(b *testing.B) {
+		dec := scheme.Codecs.UniversalDeserializer()
+		b.SetBytes(int64(len(raw)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var pod corev1.Pod
+			if _, _, err := dec.Decode(raw, nil, &pod); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("unstructured", func(b *testing.B) {
+		b.SetBytes(int64(len(raw)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := unstructured.UnstructuredJSONScheme.Decode(raw, nil, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
