@@ -6,15 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 )
 
 // relaydBinary is bin/relayd as built by `make build` (RELAYD_BIN), or a
@@ -34,8 +31,6 @@ func relaydBinary(t *testing.T) string {
 	return out
 }
 
-type change struct{ uid, rv, typ string }
-
 func TestKill9BetweenWritesLosesNothingAndStoresEachChangeOnce(t *testing.T) {
 	bin := relaydBinary(t)
 	f := newFixture(t, env, natsSrv, `
@@ -54,33 +49,7 @@ func TestKill9BetweenWritesLosesNothingAndStoresEachChangeOnce(t *testing.T) {
 	ctx := t.Context()
 
 	// Reference history: an independent watch from before the first write.
-	list, err := f.cs.CoreV1().ConfigMaps(f.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := f.cs.CoreV1().ConfigMaps(f.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Stop()
-	var (
-		mu      sync.Mutex
-		history []change
-	)
-	refDone := make(chan struct{})
-	go func() {
-		defer close(refDone)
-		for ev := range ref.ResultChan() {
-			cm, ok := ev.Object.(*corev1.ConfigMap)
-			if !ok || cm.Name == "cp" {
-				continue
-			}
-			typ := map[watch.EventType]string{watch.Added: "added", watch.Modified: "modified", watch.Deleted: "deleted"}[ev.Type]
-			mu.Lock()
-			history = append(history, change{string(cm.UID), cm.ResourceVersion, typ})
-			mu.Unlock()
-		}
-	}()
+	ref := f.reference("")
 
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "run", "-c", cfgFile, "--kubeconfig", kc,
@@ -144,23 +113,7 @@ func TestKill9BetweenWritesLosesNothingAndStoresEachChangeOnce(t *testing.T) {
 		select {
 		case <-writerDone:
 			// Final run: let it catch up, then stop it gracefully.
-			f.eventually(60*time.Second, "every change on the stream", func() error {
-				mu.Lock()
-				want := append([]change(nil), history...)
-				mu.Unlock()
-				have := map[change]int{}
-				for _, m := range f.stored() {
-					if strings.Contains(m.Env.Type, ".object.") {
-						have[change{m.Env.K8sUID, m.Env.K8sResourceVersion, m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:]}]++
-					}
-				}
-				for _, c := range want {
-					if have[c] == 0 {
-						return fmt.Errorf("missing %+v (of %d changes)", c, len(want))
-					}
-				}
-				return nil
-			})
+			f.waitEveryChange(ref, 60*time.Second)
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			if err := cmd.Wait(); err != nil {
 				t.Errorf("graceful stop: %v", err)
@@ -173,26 +126,21 @@ func TestKill9BetweenWritesLosesNothingAndStoresEachChangeOnce(t *testing.T) {
 		}
 		break
 	}
-	ref.Stop()
-	<-refDone
+	ref.close()
 
 	// Exactly once: each (uid, rv, type) is stored once; JetStream dropped
 	// the replays by Nats-Msg-Id.
-	count := map[change]int{}
+	count := storedChanges(f.stored(), false)
 	objects := 0
-	for _, m := range f.stored() {
-		if strings.Contains(m.Env.Type, ".object.") {
-			count[change{m.Env.K8sUID, m.Env.K8sResourceVersion, m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:]}]++
-			objects++
-		}
+	for _, n := range count {
+		objects += n
 	}
 	for c, n := range count {
 		if n != 1 {
 			t.Errorf("%+v stored %d times", c, n)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	history := ref.changes()
 	for _, c := range history {
 		if count[c] != 1 {
 			t.Errorf("reference change %+v stored %d times", c, count[c])

@@ -392,6 +392,14 @@ func (r *relay) ensureStream(ctx context.Context) {
 // missing or forbidden ConfigMap is logged with what to do and keeps relayd
 // unready, rather than crash-looping.
 func (r *relay) loadCheckpoints(ctx context.Context) {
+	if r.readCheckpoints(ctx, "cannot load checkpoints; sources wait") {
+		go r.store.Run(ctx)
+	}
+}
+
+// readCheckpoints reads the checkpoint ConfigMap, retrying with backoff and
+// logging msg on each failure, until it succeeds (true) or ctx ends.
+func (r *relay) readCheckpoints(ctx context.Context, msg string, fields ...zap.Field) bool {
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -399,13 +407,12 @@ func (r *relay) loadCheckpoints(ctx context.Context) {
 		cancel()
 		if err == nil {
 			r.checkpointsOK.Store(true)
-			go r.store.Run(ctx)
-			return
+			return true
 		}
-		r.log.Error("cannot load checkpoints; sources wait", zap.Error(err))
+		r.log.Error(msg, append(fields, zap.Error(err))...)
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(backoff.Step()):
 		}
 	}

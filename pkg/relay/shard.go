@@ -68,21 +68,8 @@ func (r *relay) runShard(ctx context.Context, name string) {
 	}
 	// Another replica may have run the source since the checkpoints were
 	// read: read them again before resuming from them.
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 30 * time.Second}
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := r.store.Load(cctx)
-		cancel()
-		if err == nil {
-			r.checkpointsOK.Store(true)
-			break
-		}
-		r.log.Error("cannot read the checkpoints of a source this replica took over; it waits", zap.String("source", name), zap.Error(err))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff.Step()):
-		}
+	if !r.readCheckpoints(ctx, "cannot read the checkpoints of a source this replica took over; it waits", zap.String("source", name)) {
+		return
 	}
 	ws := r.newWatches(src)
 	r.setActive(name, ws)

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 )
 
 // TestShardingFailover runs three relayd binaries over six sources sharing
@@ -66,32 +64,7 @@ sharding:
 	}
 
 	// Reference history: an independent watch from before the first write.
-	list, err := f.cs.CoreV1().ConfigMaps(f.ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := f.cs.CoreV1().ConfigMaps(f.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, LabelSelector: "shard"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu      sync.Mutex
-		history []change
-	)
-	refDone := make(chan struct{})
-	go func() {
-		defer close(refDone)
-		for ev := range ref.ResultChan() {
-			cm, ok := ev.Object.(*corev1.ConfigMap)
-			if !ok {
-				continue
-			}
-			typ := map[watch.EventType]string{watch.Added: "added", watch.Modified: "modified", watch.Deleted: "deleted"}[ev.Type]
-			mu.Lock()
-			history = append(history, change{string(cm.UID), cm.ResourceVersion, typ})
-			mu.Unlock()
-		}
-	}()
+	ref := f.reference("shard")
 
 	procs := map[string]*relaydProc{}
 	for _, id := range []string{"r0", "r1", "r2"} {
@@ -188,36 +161,15 @@ sharding:
 	<-writerDone
 
 	// Every reference change on the stream, exactly once.
-	f.eventually(60*time.Second, "every change on the stream", func() error {
-		mu.Lock()
-		want := append([]change(nil), history...)
-		mu.Unlock()
-		have := map[change]int{}
-		for _, m := range f.stored() {
-			if strings.Contains(m.Env.Type, ".object.") {
-				have[change{m.Env.K8sUID, m.Env.K8sResourceVersion, m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:]}]++
-			}
-		}
-		for _, c := range want {
-			if have[c] == 0 {
-				return fmt.Errorf("missing %+v (of %d changes)", c, len(want))
-			}
-		}
-		return nil
-	})
+	f.waitEveryChange(ref, 60*time.Second)
 	procs["r2"].stop()
-	ref.Stop()
-	<-refDone
-	counts := map[change]int{}
+	ref.close()
+	counts := storedChanges(f.stored(), true)
 	objects := 0
-	for _, m := range f.stored() {
-		if strings.Contains(m.Env.Type, ".object.") && m.Env.RelaydOrigin == "watch" {
-			counts[change{m.Env.K8sUID, m.Env.K8sResourceVersion, m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:]}]++
-			objects++
-		}
+	for _, n := range counts {
+		objects += n
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	history := ref.changes()
 	var dup []string
 	for c, n := range counts {
 		if n != 1 {
