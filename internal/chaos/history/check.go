@@ -1,0 +1,404 @@
+package history
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Finding is one violation found by Check.
+type Finding struct {
+	// Check names the property: lost, gap-state, gap-delete, order,
+	// phantom, final, checkpoint-ahead, reference.
+	Check  string `json:"check"`
+	Source string `json:"source"`
+	UID    string `json:"uid,omitempty"`
+	Name   string `json:"name,omitempty"`
+	RV     int64  `json:"rv,omitempty"`
+	Detail string `json:"detail"`
+}
+
+func (f Finding) String() string {
+	return fmt.Sprintf("%s: %s %s (uid %s) rv %d: %s", f.Check, f.Source, f.Name, f.UID, f.RV, f.Detail)
+}
+
+// Report is the outcome of Check.
+type Report struct {
+	ReferenceChanges int `json:"referenceChanges"` // changes the reference watch saw
+	StreamMessages   int `json:"streamMessages"`   // every message, markers included
+	ObjectMessages   int `json:"objectMessages"`   // object events, duplicates included
+	Duplicates       int `json:"duplicates"`       // messages whose id was already on the stream
+	// CoveredByResync counts reference changes missing from the stream
+	// inside a gap that a resync marker covers (and whose gap state checked).
+	CoveredByResync int `json:"coveredByResync"`
+	// GapDeletes counts objects deleted inside a gap whose delete a resync
+	// reported (final state unknown).
+	GapDeletes int `json:"gapDeletes"`
+	// Resyncs counts sync.completed markers by reason.
+	Resyncs map[string]int `json:"resyncs"`
+	// Samples counts checkpoint samples checked.
+	Samples  int       `json:"samples"`
+	Failures []Finding `json:"failures,omitempty"`
+}
+
+// OK reports whether no property was violated.
+func (r Report) OK() bool { return len(r.Failures) == 0 }
+
+// Lost counts reference changes that are neither on the stream nor covered
+// by a resync.
+func (r Report) Lost() int { return r.count("lost") }
+
+func (r Report) count(check string) int {
+	n := 0
+	for _, f := range r.Failures {
+		if f.Check == check {
+			n++
+		}
+	}
+	return n
+}
+
+// Summary is a one-paragraph account of the report.
+func (r Report) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates), %d covered by a resync, %d gap deletes reported, resyncs %v, %d checkpoint samples",
+		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Samples)
+	if r.OK() {
+		b.WriteString(": OK")
+		return b.String()
+	}
+	by := map[string]int{}
+	for _, f := range r.Failures {
+		by[f.Check]++
+	}
+	fmt.Fprintf(&b, ": %d failures %v", len(r.Failures), by)
+	for i, f := range r.Failures {
+		if i == 20 {
+			fmt.Fprintf(&b, "\n  ... %d more", len(r.Failures)-i)
+			break
+		}
+		b.WriteString("\n  " + f.String())
+	}
+	return b.String()
+}
+
+// key identifies a change on the stream: deletes and the other types are
+// told apart because a delete's resourceVersion is that of the deletion.
+type key struct {
+	src, uid string
+	rv       int64
+	del      bool
+}
+
+type gap struct {
+	from, to            int64
+	startedSeq, doneSeq uint64
+	reason              string
+	epoch               uint64
+}
+
+type checker struct {
+	h   *History
+	rep Report
+
+	first   map[key]uint64         // first sequence of each change on the stream
+	unknown map[[2]string]uint64   // src/uid -> first resync delete (final state unknown)
+	byUID   map[[2]string][]Change // reference changes per object, by rv
+	events  map[[2]string][]Event  // first occurrences of object events per object, in stream order
+	gaps    map[string][]gap       // per source
+	refKeys map[key]Change
+}
+
+// Check checks h; see the package documentation for the properties.
+func Check(h *History) Report {
+	c := &checker{
+		h:       h,
+		first:   map[key]uint64{},
+		unknown: map[[2]string]uint64{},
+		byUID:   map[[2]string][]Change{},
+		events:  map[[2]string][]Event{},
+		gaps:    map[string][]gap{},
+		refKeys: map[key]Change{},
+	}
+	c.rep.Resyncs = map[string]int{}
+	c.index()
+	c.checkReference()
+	c.checkLost()
+	c.checkPhantomsAndOrder()
+	c.checkFinal()
+	c.checkSamples()
+	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return c.rep.Failures[i].Check < c.rep.Failures[j].Check })
+	return c.rep
+}
+
+func (c *checker) fail(f Finding) { c.rep.Failures = append(c.rep.Failures, f) }
+
+func (c *checker) index() {
+	h := c.h
+	c.rep.ReferenceChanges = len(h.Reference)
+	c.rep.StreamMessages = len(h.Stream)
+	for _, ch := range h.Reference {
+		k := [2]string{ch.Source, ch.UID}
+		c.byUID[k] = append(c.byUID[k], ch)
+		c.refKeys[key{ch.Source, ch.UID, ch.RV, ch.Type == Deleted}] = ch
+	}
+	for _, l := range c.byUID {
+		sort.SliceStable(l, func(i, j int) bool { return l[i].RV < l[j].RV })
+	}
+	seen := map[string]bool{}
+	started := map[[2]string]uint64{} // src/epoch -> seq
+	stream := append([]Event(nil), h.Stream...)
+	sort.SliceStable(stream, func(i, j int) bool { return stream[i].Seq < stream[j].Seq })
+	for _, e := range stream {
+		id := e.Source + "/" + e.ID
+		if seen[id] {
+			c.rep.Duplicates++
+			if e.Kind == "object" {
+				c.rep.ObjectMessages++
+			}
+			continue
+		}
+		seen[id] = true
+		switch e.Kind {
+		case "object":
+			c.rep.ObjectMessages++
+			k := [2]string{e.Source, e.UID}
+			c.events[k] = append(c.events[k], e)
+			if e.Unknown {
+				if _, ok := c.unknown[k]; !ok {
+					c.unknown[k] = e.Seq
+				}
+				continue
+			}
+			sk := key{e.Source, e.UID, e.RV, e.Type == Deleted}
+			if _, ok := c.first[sk]; !ok {
+				c.first[sk] = e.Seq
+			}
+		case "sync.started":
+			started[[2]string{e.Source, fmt.Sprint(e.Epoch)}] = e.Seq
+		case "sync.completed":
+			c.rep.Resyncs[e.Reason]++
+			c.gaps[e.Source] = append(c.gaps[e.Source], gap{
+				from: e.From, to: e.To, doneSeq: e.Seq, reason: e.Reason, epoch: e.Epoch,
+				startedSeq: started[[2]string{e.Source, fmt.Sprint(e.Epoch)}],
+			})
+		}
+	}
+}
+
+// checkReference: every acknowledged write is in the reference; every
+// reference change comes from a write the writer attempted. Otherwise the
+// reference (the basis of every other check) is not trustworthy.
+func (c *checker) checkReference() {
+	acked := map[key]bool{}
+	ackedDel := map[[2]string]bool{}
+	tried := map[[3]string]bool{}
+	for _, w := range c.h.Writes {
+		tried[[3]string{w.Source, w.Namespace, w.Name}] = true
+		if !w.Acked() {
+			continue
+		}
+		switch w.Op {
+		case "delete":
+			if w.UID != "" {
+				ackedDel[[2]string{w.Source, w.UID}] = true
+			}
+			found := false
+			for _, ch := range c.byUID[[2]string{w.Source, w.UID}] {
+				found = found || ch.Type == Deleted
+			}
+			if w.UID != "" && !found {
+				c.fail(Finding{Check: "reference", Source: w.Source, UID: w.UID, Name: w.Name, Detail: "acknowledged delete missing from the reference history"})
+			}
+		default:
+			acked[key{w.Source, w.UID, w.RV, false}] = true
+			if _, ok := c.refKeys[key{w.Source, w.UID, w.RV, false}]; !ok {
+				c.fail(Finding{Check: "reference", Source: w.Source, UID: w.UID, Name: w.Name, RV: w.RV, Detail: "acknowledged " + w.Op + " missing from the reference history"})
+			}
+		}
+	}
+	for _, ch := range c.h.Reference {
+		ok := tried[[3]string{ch.Source, ch.Namespace, ch.Name}]
+		if !ok {
+			c.fail(Finding{Check: "reference", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: "reference change of an object the writer never wrote"})
+		}
+	}
+}
+
+// onStream reports whether change ch is on the stream at or before seq.
+func (c *checker) onStream(ch Change, limit uint64) bool {
+	s, ok := c.first[key{ch.Source, ch.UID, ch.RV, ch.Type == Deleted}]
+	return ok && s <= limit
+}
+
+// covering returns the first resync of ch's source whose range covers ch.
+func (c *checker) covering(ch Change) (gap, bool) {
+	for _, g := range c.gaps[ch.Source] {
+		if g.from < ch.RV && ch.RV <= g.to {
+			return g, true
+		}
+	}
+	return gap{}, false
+}
+
+// gapState checks that the object of ch has, on the stream at or before
+// limit, its state as of the resync g: that version, or a delete if it was
+// gone by then (unless nothing of it was ever published). It returns a
+// failure detail, "" when fine, and whether a resync delete reported it.
+func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
+	k := [2]string{ch.Source, ch.UID}
+	var state *Change
+	for i, x := range c.byUID[k] {
+		if x.RV <= g.to {
+			state = &c.byUID[k][i]
+		}
+	}
+	if state == nil {
+		return fmt.Sprintf("no reference state at the resync's toResourceVersion %d", g.to), false
+	}
+	if state.Type != Deleted {
+		if !c.onStream(*state, limit) {
+			return fmt.Sprintf("resync (%s, epoch %d, %d..%d) covers it but the object's state at %d (rv %d) is not on the stream", g.reason, g.epoch, g.from, g.to, g.to, state.RV), false
+		}
+		return "", false
+	}
+	published := false
+	for _, e := range c.events[k] {
+		published = published || (e.Type != Deleted && e.Seq <= limit)
+	}
+	if !published {
+		return "", false // created and deleted inside the gap: no trace is right
+	}
+	if c.onStream(*state, limit) {
+		return "", false
+	}
+	if s, ok := c.unknown[k]; ok && s <= limit {
+		return "", true
+	}
+	return fmt.Sprintf("deleted inside the resync (%s, epoch %d, %d..%d) but no delete on the stream", g.reason, g.epoch, g.from, g.to), false
+}
+
+func (c *checker) checkLost() {
+	gapDeletes := map[[2]string]bool{}
+	for _, ch := range c.h.Reference {
+		if c.onStream(ch, math.MaxUint64) {
+			continue
+		}
+		g, ok := c.covering(ch)
+		if !ok {
+			c.fail(Finding{Check: "lost", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: ch.Type + " not on the stream and not covered by a resync"})
+			continue
+		}
+		c.rep.CoveredByResync++
+		detail, reported := c.gapState(ch, g, math.MaxUint64)
+		if detail != "" {
+			check := "gap-state"
+			if strings.Contains(detail, "deleted inside") {
+				check = "gap-delete"
+			}
+			c.fail(Finding{Check: check, Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: detail})
+		}
+		if reported {
+			gapDeletes[[2]string{ch.Source, ch.UID}] = true
+		}
+	}
+	c.rep.GapDeletes = len(gapDeletes)
+}
+
+func (c *checker) checkPhantomsAndOrder() {
+	keys := make([][2]string, 0, len(c.events))
+	for k := range c.events {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+keys[i][1] < keys[j][0]+keys[j][1] })
+	for _, k := range keys {
+		var maxRV int64
+		for _, e := range c.events[k] {
+			f := Finding{Source: e.Source, UID: e.UID, Name: e.Name, RV: e.RV}
+			switch {
+			case e.Unknown:
+				_, existed := c.refKeys[key{e.Source, e.UID, e.RV, false}]
+				deleted := false
+				for _, ch := range c.byUID[k] {
+					deleted = deleted || (ch.Type == Deleted && ch.RV > e.RV)
+				}
+				if !existed || !deleted {
+					f.Check, f.Detail = "phantom", fmt.Sprintf("resync delete (seq %d): version existed %v, object deleted later %v", e.Seq, existed, deleted)
+					c.fail(f)
+				}
+			default:
+				ch, ok := c.refKeys[key{e.Source, e.UID, e.RV, e.Type == Deleted}]
+				if !ok {
+					f.Check, f.Detail = "phantom", fmt.Sprintf("%s %s (seq %d, origin %s) matches no reference change", e.Type, e.ID, e.Seq, e.Origin)
+					c.fail(f)
+				} else if ch.Name != e.Name || ch.Namespace != e.Namespace {
+					f.Check, f.Detail = "phantom", fmt.Sprintf("seq %d names %s/%s, the reference %s/%s", e.Seq, e.Namespace, e.Name, ch.Namespace, ch.Name)
+					c.fail(f)
+				}
+			}
+			if e.RV < maxRV {
+				f.Check, f.Detail = "order", fmt.Sprintf("%s at seq %d after resourceVersion %d", e.Type, e.Seq, maxRV)
+				c.fail(f)
+			}
+			maxRV = max(maxRV, e.RV)
+		}
+	}
+}
+
+func (c *checker) checkFinal() {
+	final := map[[2]string]Object{}
+	for _, o := range c.h.Final {
+		final[[2]string{o.Source, o.UID}] = o
+	}
+	for k, evs := range c.events {
+		last := evs[len(evs)-1]
+		o, exists := final[k]
+		f := Finding{Check: "final", Source: last.Source, UID: last.UID, Name: last.Name, RV: last.RV}
+		switch {
+		case last.Type == Deleted && exists:
+			f.Detail = fmt.Sprintf("last event is a delete (seq %d) but the final LIST has it at %d", last.Seq, o.RV)
+			c.fail(f)
+		case last.Type != Deleted && !exists:
+			f.Detail = fmt.Sprintf("last event is %s (seq %d) but the object is not in the final LIST", last.Type, last.Seq)
+			c.fail(f)
+		case last.Type != Deleted && o.RV != last.RV:
+			f.Detail = fmt.Sprintf("last event (seq %d) has resourceVersion %d, the final LIST %d", last.Seq, last.RV, o.RV)
+			c.fail(f)
+		}
+	}
+	for k, o := range final {
+		if _, ok := c.events[k]; !ok {
+			c.fail(Finding{Check: "final", Source: o.Source, UID: o.UID, Name: o.Name, RV: o.RV, Detail: "in the final LIST but never on the stream"})
+		}
+	}
+}
+
+// checkSamples: when a checkpoint C was read, every change of that source
+// at or below C was already on the stream (the stream's last sequence was
+// read after the checkpoint), or covered by a resync whose state was.
+func (c *checker) checkSamples() {
+	bySource := map[string][]Change{}
+	for _, ch := range c.h.Reference {
+		bySource[ch.Source] = append(bySource[ch.Source], ch)
+	}
+	for _, s := range c.h.Samples {
+		c.rep.Samples++
+		for _, ch := range bySource[s.Source] {
+			if ch.RV > s.CheckpointRV || c.onStream(ch, s.StreamLastSeq) {
+				continue
+			}
+			detail := ""
+			if g, ok := c.covering(ch); ok && g.startedSeq != 0 && g.startedSeq <= s.StreamLastSeq {
+				detail, _ = c.gapState(ch, g, s.StreamLastSeq)
+			} else {
+				detail = ch.Type + " not on the stream"
+			}
+			if detail != "" {
+				c.fail(Finding{Check: "checkpoint-ahead", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV,
+					Detail: fmt.Sprintf("checkpoint %d read at %s with the stream at seq %d: %s", s.CheckpointRV, s.At.Format("15:04:05.000"), s.StreamLastSeq, detail)})
+				break // one finding per sample
+			}
+		}
+	}
+}

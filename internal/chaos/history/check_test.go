@@ -1,0 +1,313 @@
+package history
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// syn builds synthetic histories: objects written by a writer, seen by the
+// reference, relayed to a stream.
+type syn struct {
+	h   History
+	rv  int64
+	seq uint64
+	uid map[string]string
+}
+
+func newSyn() *syn {
+	return &syn{h: History{Scenario: "synthetic", Sources: []string{"cms"}}, rv: 100, uid: map[string]string{}}
+}
+
+// write makes a change to object name (create, update or delete) and
+// returns the reference change.
+func (s *syn) write(op, name string) Change {
+	s.rv++
+	if op == "create" {
+		s.uid[name] = fmt.Sprintf("uid-%s-%d", name, s.rv)
+	}
+	typ := map[string]string{"create": Added, "update": Modified, "delete": Deleted}[op]
+	ch := Change{Source: "cms", UID: s.uid[name], Namespace: "ns", Name: name, RV: s.rv, Type: typ}
+	w := Write{Source: "cms", Op: op, Namespace: "ns", Name: name, UID: ch.UID, At: time.Now()}
+	if op != "delete" {
+		w.RV = s.rv
+	}
+	s.h.Writes = append(s.h.Writes, w)
+	s.h.Reference = append(s.h.Reference, ch)
+	return ch
+}
+
+func (s *syn) publish(ch Change, origin string) Event {
+	s.seq++
+	id := fmt.Sprintf("%s/%d", ch.UID, ch.RV)
+	if ch.Type == Deleted {
+		id += "/deleted"
+	}
+	e := Event{Seq: s.seq, Source: ch.Source, ID: id, Kind: "object", Type: ch.Type, UID: ch.UID, Namespace: ch.Namespace, Name: ch.Name, RV: ch.RV, Origin: origin, Epoch: 1}
+	s.h.Stream = append(s.h.Stream, e)
+	return e
+}
+
+func (s *syn) unknownDelete(last Change) {
+	s.seq++
+	s.h.Stream = append(s.h.Stream, Event{Seq: s.seq, Source: "cms", ID: fmt.Sprintf("%s/%d/deleted", last.UID, last.RV), Kind: "object", Type: Deleted,
+		UID: last.UID, Namespace: "ns", Name: last.Name, RV: last.RV, Origin: "resync", Unknown: true, Epoch: 2})
+}
+
+func (s *syn) marker(kind, reason string, epoch uint64, from, to int64) {
+	s.seq++
+	s.h.Stream = append(s.h.Stream, Event{Seq: s.seq, Source: "cms", ID: fmt.Sprintf("sync/ns/%d/%s", epoch, strings.TrimPrefix(kind, "sync.")), Kind: kind, Reason: reason, Epoch: epoch, From: from, To: to})
+}
+
+// final records the final LIST from the reference.
+func (s *syn) final() {
+	s.h.Final = nil
+	last := map[string]Change{}
+	var order []string
+	for _, ch := range s.h.Reference {
+		if _, ok := last[ch.UID]; !ok {
+			order = append(order, ch.UID)
+		}
+		last[ch.UID] = ch
+	}
+	for _, uid := range order {
+		if ch := last[uid]; ch.Type != Deleted {
+			s.h.Final = append(s.h.Final, Object{Source: ch.Source, UID: uid, Namespace: ch.Namespace, Name: ch.Name, RV: ch.RV})
+		}
+	}
+	s.h.FinalRV = s.rv
+}
+
+// clean is a run where every change is relayed once, in order.
+func clean() *syn {
+	s := newSyn()
+	for _, op := range [][2]string{{"create", "a"}, {"create", "b"}, {"update", "a"}, {"update", "b"}, {"delete", "b"}, {"create", "c"}, {"update", "a"}} {
+		s.publish(s.write(op[0], op[1]), "watch")
+	}
+	s.final()
+	return s
+}
+
+func checks(r Report) map[string]int {
+	out := map[string]int{}
+	for _, f := range r.Failures {
+		out[f.Check]++
+	}
+	return out
+}
+
+func wantOnly(t *testing.T, r Report, want map[string]int) {
+	t.Helper()
+	got := checks(r)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("failures %v, want %v\n%s", got, want, r.Summary())
+	}
+}
+
+func TestCleanHistoryPasses(t *testing.T) {
+	s := clean()
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{})
+	if r.ReferenceChanges != 7 || r.ObjectMessages != 7 || r.Duplicates != 0 || !r.OK() {
+		t.Errorf("report %+v", r)
+	}
+}
+
+func TestLossIsCaught(t *testing.T) {
+	s := newSyn()
+	s.publish(s.write("create", "a"), "watch")
+	s.write("update", "a") // never relayed
+	s.publish(s.write("update", "a"), "watch")
+	s.final()
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"lost": 1})
+	if r.Lost() != 1 {
+		t.Errorf("Lost() = %d", r.Lost())
+	}
+}
+
+func TestLostDeleteIsCaughtByLossAndFinalState(t *testing.T) {
+	s := newSyn()
+	s.publish(s.write("create", "a"), "watch")
+	s.write("delete", "a")
+	s.final()
+	wantOnly(t, Check(&s.h), map[string]int{"lost": 1, "final": 1})
+}
+
+func TestReorderIsCaught(t *testing.T) {
+	s := newSyn()
+	a1 := s.write("create", "a")
+	a2 := s.write("update", "a")
+	s.publish(a2, "watch")
+	s.publish(a1, "watch")
+	s.final()
+	// The stream's last word on a is also stale.
+	wantOnly(t, Check(&s.h), map[string]int{"order": 1, "final": 1})
+}
+
+func TestPhantomWriteIsCaught(t *testing.T) {
+	s := clean()
+	// A message for a version that never existed.
+	s.publish(Change{Source: "cms", UID: s.uid["a"], Namespace: "ns", Name: "a", RV: 999, Type: Modified}, "watch")
+	// And one for an object that never existed.
+	s.publish(Change{Source: "cms", UID: "ghost", Namespace: "ns", Name: "ghost", RV: 5, Type: Added}, "watch")
+	r := Check(&s.h)
+	if got := checks(r); got["phantom"] != 2 {
+		t.Errorf("phantom findings %d, want 2\n%s", got["phantom"], r.Summary())
+	}
+}
+
+func TestPhantomResyncDeleteIsCaught(t *testing.T) {
+	s := clean()
+	// A "final state unknown" delete of an object that still exists.
+	s.marker("sync.started", "expired", 2, s.rv, s.rv)
+	s.unknownDelete(Change{Source: "cms", UID: s.uid["a"], Name: "a", RV: s.h.Reference[6].RV})
+	s.marker("sync.completed", "expired", 2, s.rv, s.rv)
+	wantOnly(t, Check(&s.h), map[string]int{"phantom": 1, "final": 1})
+}
+
+func TestStaleFinalStateIsCaught(t *testing.T) {
+	s := clean()
+	// The object changed after the run; the stream's last word is stale.
+	s.write("update", "c")
+	s.final()
+	s.h.Reference = s.h.Reference[:len(s.h.Reference)-1] // and the reference missed it too
+	s.h.Writes = s.h.Writes[:len(s.h.Writes)-1]
+	wantOnly(t, Check(&s.h), map[string]int{"final": 1})
+}
+
+func TestDuplicatesAreCountedNotFailed(t *testing.T) {
+	s := clean()
+	s.publish(s.h.Reference[0], "watch")
+	s.publish(s.h.Reference[0], "watch")
+	r := Check(&s.h)
+	if r.Duplicates != 2 {
+		t.Errorf("duplicates %d, want 2", r.Duplicates)
+	}
+	// The old version arrived again after newer ones: a duplicate, not a
+	// first occurrence out of order.
+	wantOnly(t, r, map[string]int{})
+}
+
+// gapRun: a, b, d published; relayd is away while a changes twice, b is
+// deleted, c is created and e created and deleted; then a 410 resync
+// publishes a's and c's state and b's delete (final state unknown).
+func gapRun(withDelete, withState bool) (*syn, Change) {
+	s := newSyn()
+	a := s.write("create", "a")
+	s.publish(a, "watch")
+	b := s.write("create", "b")
+	s.publish(b, "watch")
+	from := s.rv
+	s.write("update", "a")
+	a3 := s.write("update", "a")
+	s.write("delete", "b")
+	c := s.write("create", "c")
+	s.write("create", "e")
+	s.write("delete", "e")
+	to := s.rv
+	s.marker("sync.started", "expired", 2, from, to)
+	if withState {
+		s.publish(a3, "resync")
+	}
+	s.publish(c, "resync")
+	if withDelete {
+		s.unknownDelete(b)
+	}
+	s.marker("sync.completed", "expired", 2, from, to)
+	s.publish(s.write("update", "c"), "watch")
+	s.final()
+	return s, b
+}
+
+func TestGapCoveredByResyncPasses(t *testing.T) {
+	s, _ := gapRun(true, true)
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{})
+	if r.CoveredByResync != 4 || r.GapDeletes != 1 || r.Resyncs["expired"] != 1 {
+		t.Errorf("covered %d (want 4: a's first gap version, b's delete, e's create and delete), gap deletes %d, resyncs %v", r.CoveredByResync, r.GapDeletes, r.Resyncs)
+	}
+}
+
+func TestDeleteInGapNotReportedIsCaught(t *testing.T) {
+	s, _ := gapRun(false, true)
+	wantOnly(t, Check(&s.h), map[string]int{"gap-delete": 1, "final": 1})
+}
+
+func TestGapStateMissingIsCaught(t *testing.T) {
+	s, _ := gapRun(true, false)
+	r := Check(&s.h)
+	// a's two gap versions are each reported, and a's last word is stale.
+	wantOnly(t, r, map[string]int{"gap-state": 2, "final": 1})
+}
+
+func TestChangeOutsideTheResyncRangeIsLost(t *testing.T) {
+	s, _ := gapRun(true, true)
+	// Shrink the resync's range: the first gap change is no longer covered.
+	for i := range s.h.Stream {
+		if s.h.Stream[i].Kind == "sync.completed" {
+			s.h.Stream[i].From++
+		}
+	}
+	wantOnly(t, Check(&s.h), map[string]int{"lost": 1})
+}
+
+func TestCheckpointAheadIsCaught(t *testing.T) {
+	s := clean()
+	// Sampled while the stream held the first 3 messages: a checkpoint at
+	// the third change is fine, one at the fourth is ahead.
+	s.h.Samples = []Sample{
+		{Source: "cms", CheckpointRV: s.h.Reference[2].RV, StreamLastSeq: 3},
+		{Source: "cms", CheckpointRV: s.h.Reference[3].RV, StreamLastSeq: 3},
+	}
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"checkpoint-ahead": 1})
+	if r.Samples != 2 {
+		t.Errorf("samples %d", r.Samples)
+	}
+}
+
+func TestCheckpointAheadOfAResyncIsCaught(t *testing.T) {
+	s, _ := gapRun(true, true)
+	var started, completed uint64
+	for _, e := range s.h.Stream {
+		switch e.Kind {
+		case "sync.started":
+			started = e.Seq
+		case "sync.completed":
+			completed = e.Seq
+		}
+	}
+	to := s.h.Stream[completed-1].To
+	// At the resync's position once everything is stored: fine. Right
+	// after sync.started, before the resync's objects: ahead.
+	s.h.Samples = []Sample{{Source: "cms", CheckpointRV: to, StreamLastSeq: completed}, {Source: "cms", CheckpointRV: to, StreamLastSeq: started}}
+	wantOnly(t, Check(&s.h), map[string]int{"checkpoint-ahead": 1})
+}
+
+func TestIncompleteReferenceIsCaught(t *testing.T) {
+	s := clean()
+	s.h.Reference = s.h.Reference[1:] // the reference missed a's creation
+	r := Check(&s.h)
+	if checks(r)["reference"] != 1 {
+		t.Errorf("reference findings: %v", r.Summary())
+	}
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	s, _ := gapRun(false, true)
+	p := filepath.Join(t.TempDir(), "h.json")
+	if err := s.h.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	h, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := Check(&s.h), Check(h)
+	if a.Summary() != b.Summary() || a.OK() {
+		t.Errorf("re-check differs or passes:\n%s\n%s", a.Summary(), b.Summary())
+	}
+}

@@ -1,0 +1,161 @@
+// Package history is relayd's reliability checker: it records what happened
+// in a fault-injection run (the writes a writer made, the changes an
+// independent reference watch saw, every message on the JetStream stream,
+// a final consistent LIST, sampled checkpoints) and checks the stream
+// against DESIGN §3:
+//
+//   - every reference change (uid, resourceVersion) is on the stream at
+//     least once, unless a resync (sync.started/sync.completed) covers it;
+//     a covered change's object must then have its state at the resync's
+//     toResourceVersion on the stream, or a delete if it was gone by then
+//     (a delete during a gap is reported, never silent);
+//   - per object, first occurrences on the stream are in resourceVersion
+//     order;
+//   - no message reports a change that never happened (phantom);
+//   - the last message of every object equals a final consistent LIST;
+//   - a sampled checkpoint is never ahead of what the stream held when it
+//     was sampled;
+//   - duplicates on the stream are counted.
+//
+// resourceVersions are compared as numbers here: the checker knows the
+// store is etcd (relayd itself treats them as opaque).
+//
+// A History is plain data and serialises to JSON, so a failed run can be
+// re-checked with Load and Check.
+package history
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Change types as they appear in relayd's event types.
+const (
+	Added    = "added"
+	Modified = "modified"
+	Deleted  = "deleted"
+)
+
+// Change is one object change seen by the reference watch.
+type Change struct {
+	Source    string `json:"source"` // the relayd source the object belongs to
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	RV        int64  `json:"rv"`
+	Type      string `json:"type"` // added, modified, deleted
+}
+
+// Write is one write the writer attempted.
+type Write struct {
+	Source    string    `json:"source"`
+	Op        string    `json:"op"` // create, update, delete
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       string    `json:"uid,omitempty"`
+	RV        int64     `json:"rv,omitempty"`  // the acknowledged resourceVersion (create, update)
+	Err       string    `json:"err,omitempty"` // the write failed or its outcome is unknown
+	At        time.Time `json:"at"`
+}
+
+// Acked reports whether the apiserver acknowledged the write.
+func (w Write) Acked() bool { return w.Err == "" }
+
+// Event is one message on the stream: an object event or a sync marker.
+type Event struct {
+	Seq    uint64 `json:"seq"`
+	Source string `json:"source"`
+	ID     string `json:"id"`
+	// Kind is "object", "sync.started" or "sync.completed".
+	Kind      string `json:"kind"`
+	Type      string `json:"type,omitempty"` // object events: added, modified, deleted
+	UID       string `json:"uid,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	RV        int64  `json:"rv,omitempty"`
+	Origin    string `json:"origin,omitempty"`
+	Epoch     uint64 `json:"epoch"`
+	Unknown   bool   `json:"finalStateUnknown,omitempty"`
+	// Sync markers.
+	Reason string `json:"reason,omitempty"`
+	From   int64  `json:"from,omitempty"` // 0: no position (initial, no-checkpoint)
+	To     int64  `json:"to,omitempty"`
+}
+
+// Object is one object of the final consistent LIST.
+type Object struct {
+	Source    string `json:"source"`
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	RV        int64  `json:"rv"`
+}
+
+// Sample is one checkpoint read: the stored resourceVersion of a source's
+// watch and the stream's last sequence read right after it.
+type Sample struct {
+	At            time.Time `json:"at"`
+	Source        string    `json:"source"`
+	CheckpointRV  int64     `json:"checkpointRV"`
+	StreamLastSeq uint64    `json:"streamLastSeq"`
+}
+
+// Fault is one injected fault, for the record.
+type Fault struct {
+	At     time.Time `json:"at"`
+	Kind   string    `json:"kind"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// History is everything one run recorded.
+type History struct {
+	Scenario  string    `json:"scenario"`
+	Seed      uint64    `json:"seed"`
+	Sources   []string  `json:"sources"`
+	Faults    []Fault   `json:"faults,omitempty"`
+	Writes    []Write   `json:"writes"`
+	Reference []Change  `json:"reference"`
+	Stream    []Event   `json:"stream"`
+	Final     []Object  `json:"final"`
+	FinalRV   int64     `json:"finalRV"` // resourceVersion of the final LIST
+	Samples   []Sample  `json:"samples,omitempty"`
+	Started   time.Time `json:"started"`
+	Ended     time.Time `json:"ended"`
+}
+
+// Save writes h as indented JSON.
+func (h *History) Save(path string) error {
+	b, err := json.MarshalIndent(h, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// Load reads a History written by Save.
+func Load(path string) (*History, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var h History
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	return &h, nil
+}
+
+// ParseRV parses a resourceVersion; "" is 0.
+func ParseRV(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("resourceVersion %q is not an etcd revision: %w", s, err)
+	}
+	return n, nil
+}
