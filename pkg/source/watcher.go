@@ -595,6 +595,11 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 			if err := json.Unmarshal(obj, &st); err != nil {
 				return fmt.Errorf("bad ERROR frame: %w", err)
 			}
+			if st.Message == "" {
+				// A Status without a message, or an object that is no Status,
+				// would make an empty error ("error": ""): say what came.
+				st.Message = fmt.Sprintf("ERROR watch frame without a message (code %d, reason %q): %.200s", st.Code, st.Reason, obj)
+			}
 			serr := &apierrors.StatusError{ErrStatus: st}
 			if streamList && (st.Code == http.StatusBadRequest || st.Code == http.StatusUnprocessableEntity ||
 				strings.Contains(st.Message, "RequestWatchProgress")) {
