@@ -61,6 +61,26 @@ prometheus-bin: ## Install Debian's prometheus package (prometheus + promtool, f
 demo: testenv-bins build ## Run relayd against local etcd + kube-apiserver + NATS and watch the events arrive (Ctrl-C stops it all).
 	RELAYD_BIN=$(RELAYD_BIN) $(GO) run ./internal/demo
 
+# `make bench` (docs/PERFORMANCE.md): the Go micro-benchmarks of the hot
+# path (compared with benchstat to the previous run's, if any), then the
+# side-by-side harness (internal/bench) against bin/relayd. BENCHFLAGS go to
+# relayd-bench run (e.g. BENCHFLAGS="-events 100000 -repeat 5"; -h lists them).
+BENCH_DIR         ?= .cache/bench
+BENCH_COUNT       ?= 6
+BENCH_TIME        ?= 500ms
+BENCHFLAGS        ?=
+BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
+.PHONY: bench
+bench: testenv-bins build ## Measure relayd next to client-go consumers (capacity, latency, memory, checkpoints, recovery) and the hot-path micro-benchmarks; see docs/PERFORMANCE.md (~20 min on 2 cores).
+	@mkdir -p $(BENCH_DIR)
+	@if [ -s $(BENCH_DIR)/micro.txt ]; then mv $(BENCH_DIR)/micro.txt $(BENCH_DIR)/micro-prev.txt; fi
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) ./pkg/event ./pkg/index > $(BENCH_DIR)/micro.txt
+	@if [ -s $(BENCH_DIR)/micro-prev.txt ]; then \
+	  $(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) prev=$(BENCH_DIR)/micro-prev.txt new=$(BENCH_DIR)/micro.txt; \
+	else $(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) $(BENCH_DIR)/micro.txt; fi | tee $(BENCH_DIR)/micro-benchstat.txt
+	$(GO) build -o $(BENCH_DIR)/relayd-bench ./internal/bench/cmd/relayd-bench
+	$(BENCH_DIR)/relayd-bench run -relayd $(BIN)/relayd -cache $(BENCH_DIR) $(BENCHFLAGS)
+
 .PHONY: vet
 vet: ## go vet.
 	$(GO) vet ./...

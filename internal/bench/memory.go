@@ -1,0 +1,288 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relayd/relayd/pkg/event"
+)
+
+// MemoryPoint is relayd relaying n objects (replayed ConfigMaps).
+type MemoryPoint struct {
+	Objects int
+	Tracked float64 // relayd_tracked_objects: what relayd says it tracks
+	// Steady state after the list (and the churn that follows it).
+	RSS, HeapInuse, HeapAlloc int64
+	// During a forced relist (410 from the replay server).
+	PeakRSS, PeakHeapInuse int64
+	RelistSeconds          float64
+	RelistEvents           int64 // acks on the event stream during the relist
+}
+
+// MemoryResult is the memory scenario.
+type MemoryResult struct {
+	Points []MemoryPoint
+	// Slopes, bytes per object (least squares over the points).
+	RSSPerObject, HeapPerObject float64
+	Churn                       int
+}
+
+// markers collects relayd's sync markers from NATS as they are stored.
+type markers struct {
+	mu   sync.Mutex
+	sub  *nats.Subscription
+	seen []marker
+}
+
+type marker struct {
+	Completed bool
+	Epoch     uint64
+	Time      time.Time // the event's time (relayd's clock)
+	Recv      time.Time
+	Total     int64
+}
+
+func (h *harness) watchMarkers(cluster string) (*markers, error) {
+	m := &markers{}
+	sub, err := h.nc.Subscribe("k8s."+cluster+"._relayd.>", func(msg *nats.Msg) {
+		recv := time.Now()
+		ev, err := event.DecodeMessage(msg.Header, msg.Data)
+		if err != nil {
+			return
+		}
+		var d struct {
+			Counts struct {
+				Total int64 `json:"total"`
+			} `json:"counts"`
+		}
+		_ = json.Unmarshal(ev.Data, &d)
+		m.mu.Lock()
+		m.seen = append(m.seen, marker{Completed: strings.HasSuffix(ev.Type, ".completed"), Epoch: ev.RelaydEpoch, Time: ev.Time, Recv: recv, Total: d.Counts.Total})
+		m.mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	m.sub = sub
+	return m, h.nc.Flush()
+}
+
+// wait returns the marker (started or completed) of epoch, once seen.
+func (m *markers) wait(ctx context.Context, completed bool, epoch uint64, timeout time.Duration, alive func() error) (marker, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		m.mu.Lock()
+		for _, s := range m.seen {
+			if s.Completed == completed && s.Epoch == epoch {
+				m.mu.Unlock()
+				return s, nil
+			}
+		}
+		m.mu.Unlock()
+		if alive != nil {
+			if err := alive(); err != nil {
+				return marker{}, err
+			}
+		}
+		if time.Now().After(deadline) {
+			return marker{}, fmt.Errorf("no sync marker (completed=%v, epoch %d) within %v", completed, epoch, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return marker{}, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (m *markers) close() { _ = m.sub.Unsubscribe() }
+
+// configMapFrames makes frames of n distinct objects from the recorded
+// ConfigMap: name, uid and resourceVersion replaced.
+type cmTemplate struct {
+	raw           []byte
+	name, uid, rv []byte
+}
+
+func newCMTemplate(raw []byte) (*cmTemplate, error) {
+	o, err := event.ParseObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &cmTemplate{raw: raw, name: []byte(strconv.Quote(o.Meta.Name)), uid: []byte(strconv.Quote(o.Meta.UID)),
+		rv: []byte(`"resourceVersion":` + strconv.Quote(o.Meta.ResourceVersion))}, nil
+}
+
+func (t *cmTemplate) frame(typ string, i int, rv int64) []byte {
+	b := bytes.Replace(t.raw, t.name, fmt.Appendf(nil, `"cm-%07d"`, i), 1)
+	b = bytes.Replace(b, t.uid, fmt.Appendf(nil, `"bench000-0000-4000-8000-%012d"`, i), 1)
+	b = bytes.Replace(b, t.rv, fmt.Appendf(nil, `"resourceVersion":"%d"`, rv), 1)
+	return fmt.Appendf(nil, `{"type":%q,"object":%s}`, typ, b)
+}
+
+func (h *harness) memory(ctx context.Context, rec *Recording) (*MemoryResult, error) {
+	tpl, err := newCMTemplate(rec.ConfigMap)
+	if err != nil {
+		return nil, err
+	}
+	res := &MemoryResult{Churn: h.o.MemChurn}
+	for _, n := range h.o.MemSizes {
+		p, err := h.memoryPoint(ctx, tpl, n)
+		if err != nil {
+			return nil, fmt.Errorf("%d objects: %w", n, err)
+		}
+		h.logf("bench: memory %d objects: RSS %.1f MiB, heap in use %.1f MiB, tracked %.0f; relist peak RSS %.1f MiB (%.2f×), %.1fs",
+			n, mib(p.RSS), mib(p.HeapInuse), p.Tracked, mib(p.PeakRSS), float64(p.PeakRSS)/float64(p.RSS), p.RelistSeconds)
+		res.Points = append(res.Points, *p)
+	}
+	var xs, rss, heap []float64
+	for _, p := range res.Points {
+		xs = append(xs, float64(p.Objects))
+		rss = append(rss, float64(p.RSS))
+		heap = append(heap, float64(p.HeapInuse))
+	}
+	res.RSSPerObject = slope(xs, rss)
+	res.HeapPerObject = slope(xs, heap)
+	return res, nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// slope is the least-squares slope of ys over xs.
+func slope(xs, ys []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	var mx, my float64
+	for i := range xs {
+		mx += xs[i]
+		my += ys[i]
+	}
+	mx /= float64(len(xs))
+	my /= float64(len(xs))
+	var num, den float64
+	for i := range xs {
+		num += (xs[i] - mx) * (ys[i] - my)
+		den += (xs[i] - mx) * (xs[i] - mx)
+	}
+	if den == 0 {
+		return 0
+	}
+	return num / den
+}
+
+func (h *harness) memoryPoint(ctx context.Context, tpl *cmTemplate, n int) (*MemoryPoint, error) {
+	const base = 1_000_000
+	initial := make([][]byte, n)
+	for i := range n {
+		initial[i] = tpl.frame("ADDED", i, int64(base+i))
+	}
+	churn := make([][]byte, h.o.MemChurn)
+	for k := range churn {
+		churn[k] = tpl.frame("MODIFIED", k%max(n, 1), int64(base+n+1+k))
+	}
+	srv := NewServer(&Replay{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true,
+		ListRV: strconv.Itoa(base + n), Initial: initial, InitialRV: strconv.Itoa(base + n), After: churn})
+	defer srv.Close()
+	id := h.next()
+	kc := filepath.Join(h.o.WorkDir, "replay-"+id+".kubeconfig")
+	if err := srv.WriteKubeconfig(kc); err != nil {
+		return nil, err
+	}
+	stream, cluster := "MEM"+id, "mem"+id
+	if err := h.createStream(ctx, stream, cluster); err != nil {
+		return nil, err
+	}
+	defer h.deleteStream(stream)
+	mk, err := h.watchMarkers(cluster)
+	if err != nil {
+		return nil, err
+	}
+	defer mk.close()
+	src := `  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    initial: snapshot
+`
+	extra := "watch:\n  relistBackoff: {initial: 100ms, max: 1s}\n"
+	r, err := h.startRelayd(ctx, fmt.Sprintf("memory-%d-%s", n, id), h.relaydConfig(cluster, stream, extra, src), kc, "")
+	if err != nil {
+		return nil, err
+	}
+	defer r.Stop(30 * time.Second)
+	if err := h.snoop.WaitCount(ctx, stream, int64(n+2+h.o.MemChurn), 10*time.Minute, r.alive); err != nil {
+		return nil, err
+	}
+	h.snoop.Quiet(ctx, time.Second)
+	p := &MemoryPoint{Objects: n}
+	// Steady state: the median of a few samples.
+	var rs, hi, ha []float64
+	for range 5 {
+		rss, _, err := r.Mem()
+		if err != nil {
+			return nil, err
+		}
+		m, err := Scrape(ctx, r.metrics)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, float64(rss))
+		hi = append(hi, m.Sum("go_memstats_heap_inuse_bytes", nil))
+		ha = append(ha, m.Sum("go_memstats_heap_alloc_bytes", nil))
+		p.Tracked = m.Sum("relayd_tracked_objects", nil)
+		time.Sleep(300 * time.Millisecond)
+	}
+	p.RSS, p.HeapInuse, p.HeapAlloc = int64(median(rs)), int64(median(hi)), int64(median(ha))
+
+	// A forced relist: the replay server ends the watch with 410 Expired.
+	before := h.snoop.Count(stream)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		lastScrape := time.Time{}
+		for {
+			if rss, _, err := r.Mem(); err == nil && rss > p.PeakRSS {
+				p.PeakRSS = rss
+			}
+			if time.Since(lastScrape) > 100*time.Millisecond {
+				lastScrape = time.Now()
+				if m, err := Scrape(ctx, r.metrics); err == nil {
+					if v := int64(m.Sum("go_memstats_heap_inuse_bytes", nil)); v > p.PeakHeapInuse {
+						p.PeakHeapInuse = v
+					}
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	t0 := time.Now()
+	srv.Expire()
+	done, err := mk.wait(ctx, true, 2, 10*time.Minute, r.alive)
+	if err == nil {
+		h.snoop.Quiet(ctx, 500*time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	p.RelistSeconds = done.Recv.Sub(t0).Seconds()
+	p.RelistEvents = h.snoop.Count(stream) - before
+	return p, nil
+}

@@ -1,0 +1,203 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Machine describes where the figures were taken.
+type Machine struct {
+	CPU     string
+	Cores   int
+	MemGiB  float64
+	Kernel  string
+	Go      string
+	LoadAvg string // at the start of the run: other work on the machine
+}
+
+func machineInfo() Machine {
+	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb float64
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %f kB", &kb); err == nil {
+			m.MemGiB = kb / (1 << 20)
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	return m
+}
+
+// Report is everything a run measured.
+type Report struct {
+	Machine           Machine
+	Started, Finished time.Time
+	Options           Options
+	Relayd            string
+	Recording         *Recording      `json:",omitempty"`
+	Capacity          *CapacityResult `json:",omitempty"`
+	Latency           *LatencyResult  `json:",omitempty"`
+	Memory            *MemoryResult   `json:",omitempty"`
+	Recovery          *RecoveryResult `json:",omitempty"`
+}
+
+// WriteJSON writes the report as JSON (NaN becomes null).
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// Goal is one goal of issue 8 and what was measured.
+type Goal struct {
+	What, Goal, Measured string
+	Met                  bool
+}
+
+// Goals lists the goals the report has figures for.
+func (r *Report) Goals() []Goal {
+	var g []Goal
+	if c := r.Capacity; c != nil {
+		add := func(stream, consumer string, want float64) {
+			if v := c.Ratio(stream, consumer); v > 0 {
+				g = append(g, Goal{fmt.Sprintf("capacity: relayd ÷ %s consumer, %s, events per CPU-second", consumer, stream),
+					fmt.Sprintf("≥ %.1f×", want), fmt.Sprintf("%.2f×", v), v >= want})
+			}
+		}
+		add("pods", ModeDynamic, 2)
+		add("pods", ModeTyped, 1)
+		add("widgets", ModeDynamic, 2)
+	}
+	if l := r.Latency; l != nil {
+		g = append(g,
+			Goal{"latency: watch read → PubAck p50", "≤ 1 ms", ms(l.ReadToAck.P50), l.ReadToAck.P50 <= 0.001},
+			Goal{"latency: watch read → PubAck p99", "≤ 5 ms", ms(l.ReadToAck.P99), l.ReadToAck.P99 <= 0.005},
+			Goal{"checkpoint writes under load", "≤ 0.2/s", fmt.Sprintf("%.3f/s", l.CheckpointPS), l.CheckpointPS <= 0.2+1e-9})
+		if l.IdleSeconds > 0 {
+			g = append(g, Goal{"checkpoint writes when idle", "0", fmt.Sprintf("%.0f in %.0fs", l.IdleWrites, l.IdleSeconds), l.IdleWrites == 0})
+		}
+	}
+	if m := r.Memory; m != nil && len(m.Points) >= 2 {
+		g = append(g,
+			Goal{"memory: RSS per tracked object (slope)", "≤ 256 B", fmt.Sprintf("%.0f B", m.RSSPerObject), m.RSSPerObject <= 256},
+			Goal{"memory: heap per tracked object (slope)", "≤ 256 B", fmt.Sprintf("%.0f B", m.HeapPerObject), m.HeapPerObject <= 256})
+		worst := 0.0
+		for _, p := range m.Points {
+			worst = math.Max(worst, float64(p.PeakRSS)/float64(p.RSS))
+		}
+		g = append(g, Goal{"memory: RSS peak during a forced relist ÷ steady state (worst size)", "≤ 1.5×", fmt.Sprintf("%.2f×", worst), worst <= 1.5})
+	}
+	if rc := r.Recovery; rc != nil && len(rc.Runs) > 0 {
+		g = append(g, Goal{fmt.Sprintf("recovery: 410 → sync.completed, %d objects", rc.Objects), "≤ 10 s",
+			fmt.Sprintf("%.2f s", rc.From410), rc.From410 <= 10})
+	}
+	return g
+}
+
+// Markdown writes the report's tables.
+func (r *Report) Markdown(w io.Writer) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	m := r.Machine
+	p("Measured %s, %s: %s, %d cores, %.0f GiB, Linux %s, %s; load average at start %s.\n",
+		r.Started.Format("2006-01-02 15:04 MST"), durRound(r.Finished.Sub(r.Started)), m.CPU, m.Cores, m.MemGiB, m.Kernel, m.Go, m.LoadAvg)
+	p("relayd: %s.\n\n", r.Relayd)
+
+	p("#### Goals\n\n| goal | target | measured | met |\n|---|---|---|---|\n")
+	for _, g := range r.Goals() {
+		met := "yes"
+		if !g.Met {
+			met = "**no**"
+		}
+		p("| %s | %s | %s | %s |\n", g.What, g.Goal, g.Measured, met)
+	}
+	p("\n")
+
+	if c := r.Capacity; c != nil {
+		p("#### 1. Pipeline capacity (replayed watch, full speed; median of %d runs, [min–max])\n\n", r.Options.Repeat)
+		p("| stream | consumer | events | avg frame | events per CPU-second | CPU per event | events/s (wall) | relayd ÷ this |\n|---|---|---|---|---|---|---|---|\n")
+		for _, s := range c.Summaries {
+			st := r.Recording.Stream(s.Stream)
+			ratio := "–"
+			if s.Consumer != ModeRelayd {
+				ratio = fmt.Sprintf("**%.2f×**", c.Ratio(s.Stream, s.Consumer))
+			}
+			p("| %s | %s | %d | %.1f KB | %.0f [%.0f–%.0f] | %.1f µs | %.0f | %s |\n", s.Stream, consumerName(s.Consumer),
+				st.Events, float64(st.Bytes)/float64(st.Events)/1000, s.PerCPUSecond, s.Min, s.Max,
+				float64(s.CPUPerEvent)/1e3, s.PerSecond, ratio)
+		}
+		p("\n")
+	}
+	if l := r.Latency; l != nil {
+		p("#### 2. Added latency (real kube-apiserver, %d pods, %d writes at %.0f/s over %.0fs)\n\n", l.Objects, l.Writes, l.Rate, l.Duration)
+		p("| interval | n | p50 | p99 | p99.9 | max |\n|---|---|---|---|---|---|\n")
+		p("| watch read → PubAck | %d | %s | %s | %s | %s |\n", l.ReadToAck.N, ms(l.ReadToAck.P50), ms(l.ReadToAck.P99), ms(l.ReadToAck.P999), ms(l.ReadToAck.Max))
+		p("| (relayd_publish_lag_seconds, bucket-interpolated) | | %s | %s | | |\n", ms(l.ReadToAck.HistP50), ms(l.ReadToAck.HistP99))
+		p("| writer's API response → message received | %d | %s | %s | %s | %s |\n\n", l.WriteToRecv.N, ms(l.WriteToRecv.P50), ms(l.WriteToRecv.P99), ms(l.WriteToRecv.P999), ms(l.WriteToRecv.Max))
+	}
+	if mm := r.Memory; mm != nil {
+		p("#### 3. Memory (replayed ConfigMaps; %d MODIFIED events after the list)\n\n", mm.Churn)
+		p("| objects | relayd_tracked_objects | RSS | heap in use | relist: peak RSS | ÷ steady | peak heap in use | ÷ steady | relist time |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, pt := range mm.Points {
+			p("| %d | %.0f | %.1f MiB | %.1f MiB | %.1f MiB | %.2f× | %.1f MiB | %.2f× | %.2f s |\n", pt.Objects, pt.Tracked,
+				mib(pt.RSS), mib(pt.HeapInuse), mib(pt.PeakRSS), float64(pt.PeakRSS)/float64(pt.RSS),
+				mib(pt.PeakHeapInuse), float64(pt.PeakHeapInuse)/float64(pt.HeapInuse), pt.RelistSeconds)
+		}
+		p("\nSlope (least squares): RSS %.0f B per object, heap in use %.0f B per object.\n\n", mm.RSSPerObject, mm.HeapPerObject)
+	}
+	if l := r.Latency; l != nil {
+		p("#### 4. Checkpoint writes (flushInterval %s)\n\n| state | writes |\n|---|---|\n", l.FlushInterval)
+		p("| under load (%.0f events/s for %.0fs) | %.3f/s |\n", l.Rate, l.Duration, l.CheckpointPS)
+		if l.IdleSeconds > 0 {
+			p("| idle, %.0fs | %.0f |\n", l.IdleSeconds, l.IdleWrites)
+		}
+		p("\n")
+	}
+	if rc := r.Recovery; rc != nil {
+		p("#### 5. Recovery (forced 410, %d ConfigMaps, kube-apiserver --watch-cache=false)\n\n", rc.Objects)
+		p("| run | 410 → sync.completed | of which relist backoff | sync.started → completed | process start → completed | listed | CPU |\n|---|---|---|---|---|---|---|\n")
+		for i, x := range rc.Runs {
+			p("| relayd %d | %.2f s | %.2f s | %.2f s | %.2f s | %d | %.2f s |\n", i+1, x.From410, x.Backoff, x.Relist, x.FromStart, x.Listed, x.CPU)
+		}
+		for i, x := range rc.Informer {
+			p("| client-go informer %d: list → HasSynced | %.2f s | | | | %d | %.2f s |\n", i+1, x.Synced, x.Objects, x.CPU)
+		}
+		p("\n")
+	}
+}
+
+func consumerName(c string) string {
+	switch c {
+	case ModeRelayd:
+		return "relayd (→ JetStream PubAck)"
+	case ModeDynamic:
+		return "client-go dynamic (decode only)"
+	case ModeTyped:
+		return "client-go typed corev1 (decode only)"
+	}
+	return c
+}
+
+func durRound(d time.Duration) string { return d.Round(time.Second).String() }
