@@ -179,3 +179,32 @@ func TestHugeWatchFrameIsDelivered(t *testing.T) {
 		t.Fatalf("Run = %v; item %q of %d bytes, want big of more than %d", err, name, size, len(data))
 	}
 }
+
+// An object change without metadata.resourceVersion (no conforming
+// apiserver sends one; an aggregated API might) must not move the position
+// to "": the next watch would start from "now" and skip what happened in
+// between. The watch resumes from the last real resourceVersion instead.
+func TestObjectWithoutResourceVersionKeepsThePosition(t *testing.T) {
+	noRV := `{"type":"MODIFIED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b","namespace":"ns","uid":"u2"}}}`
+	srv := &scripted{bodies: []string{cm6 + "\n" + noRV + "\n"}}
+	wt, _ := newWatcher(t, srv, Options{Backoff: wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: time.Minute}})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	var items []string
+	_ = wt.Run(ctx, Start{ResourceVersion: "5"}, func(_ context.Context, it *Item) error {
+		items = append(items, it.Object.Meta.Name+"@"+it.ResourceVersion)
+		return nil
+	})
+	reqs := srv.requests()
+	if len(reqs) < 2 {
+		t.Fatalf("requests %v, want the watch resumed after the stream ended", reqs)
+	}
+	for _, rv := range reqs[1:] {
+		if rv != "6" {
+			t.Fatalf("resumed from resourceVersion %q (requests %v), want the last real one, 6", rv, reqs)
+		}
+	}
+	if len(items) < 2 || items[0] != "b@6" || items[1] != "b@" {
+		t.Errorf("items %v, want the change without a resourceVersion delivered with no position", items)
+	}
+}

@@ -564,8 +564,13 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 			if streamList {
 				n++
 			} else {
-				it.ResourceVersion = o.Meta.ResourceVersion
-				w.setRV(o.Meta.ResourceVersion)
+				// An object without a resourceVersion (no conforming apiserver
+				// sends one) must not move the position to "": the next
+				// watch would start from now and skip changes.
+				if rv := o.Meta.ResourceVersion; rv != "" {
+					it.ResourceVersion = rv
+					w.setRV(rv)
+				}
 				w.lastEvent.Set(float64(readAt.UnixNano()) / 1e9)
 			}
 			idle.Stop()
