@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -82,6 +83,7 @@ func Consume(args []string) int {
 		metricsAddr = fs.String("metrics-bind-address", "", "relayd: /metrics address")
 		healthAddr  = fs.String("health-probe-bind-address", "", "relayd: /healthz address")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run here")
+		memProfile  = fs.String("memprofile", "", "on SIGUSR1: collect garbage, write a heap profile here and print \"heapprofile\"")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -103,6 +105,25 @@ func Consume(args []string) int {
 	}
 	ctx, cancel := untilStdinClosed()
 	defer cancel()
+	if *memProfile != "" {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		defer signal.Stop(usr1)
+		go func() {
+			for {
+				select {
+				case <-usr1:
+					if err := writeHeapProfile(*memProfile); err != nil {
+						fmt.Println("error", err)
+					} else {
+						fmt.Println("heapprofile", *memProfile)
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	klog.SetLogger(zapr.NewLogger(zap.NewNop()))
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -126,6 +147,19 @@ func Consume(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+func writeHeapProfile(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // identity is what every consumer reads from each object: no consumer can

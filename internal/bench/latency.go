@@ -47,15 +47,18 @@ func percentiles(xs []float64) Percentiles {
 // LatencyResult is the latency and checkpoint scenario on the real
 // apiserver.
 type LatencyResult struct {
-	Objects       int
-	Rate          float64 // writes per second achieved
-	Duration      float64 // seconds
-	Writes        int
-	Received      int
-	ReadToAck     Percentiles // relayd's watch read (event time) → PubAck seen on the wire
-	WriteToRecv   Percentiles // writer's API response → message received by a JetStream consumer
-	CheckpointPS  float64     // checkpoint writes per second under load
-	IdleWrites    float64     // checkpoint writes while idle
+	Objects     int
+	Rate        float64 // writes per second achieved
+	Duration    float64 // seconds
+	Writes      int
+	Received    int
+	ReadToAck   Percentiles // relayd's watch read (event time) → PubAck seen on the wire
+	WriteToRecv Percentiles // writer's API response → message received by a JetStream consumer
+	// RecvFirst counts messages received before the writer's client had
+	// its API response (a negative WriteToRecv).
+	RecvFirst     int
+	CheckpointPS  float64 // checkpoint writes per second under load
+	IdleWrites    float64 // checkpoint writes while idle
 	IdleSeconds   float64
 	FlushInterval string
 }
@@ -160,7 +163,7 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	var werr error
-	for range 16 {
+	for range 64 {
 		wg.Go(func() {
 			for i := range ticks {
 				p := pods[i%objects]
@@ -221,6 +224,9 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 		g := got[k]
 		res.Received++
 		writeToRecv = append(writeToRecv, g.recv.Sub(wt).Seconds())
+		if g.recv.Before(wt) {
+			res.RecvFirst++
+		}
 		if at, ok := h.snoop.AckTime(stream, g.seq); ok {
 			readToAck = append(readToAck, at.Sub(g.readAt).Seconds())
 		}
@@ -264,9 +270,19 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 	return res, nil
 }
 
+// ms formats seconds as milliseconds; negative values are real (a message
+// can arrive before the writer's client has read its API response).
 func ms(s float64) string {
-	if math.IsNaN(s) || s < 0 {
+	if math.IsNaN(s) {
 		return "n/a"
 	}
 	return strconv.FormatFloat(s*1000, 'f', 2, 64) + " ms"
+}
+
+// msHist is ms for HistogramQuantile, which returns -1 without data.
+func msHist(s float64) string {
+	if s < 0 {
+		return "n/a"
+	}
+	return ms(s)
 }

@@ -22,6 +22,10 @@ type MemoryPoint struct {
 	Tracked float64 // relayd_tracked_objects: what relayd says it tracks
 	// Steady state after the list (and the churn that follows it).
 	RSS, HeapInuse, HeapAlloc int64
+	// LiveHeap estimates the heap live after the last GC: the GC's heap
+	// goal (go_memstats_next_gc_bytes) ÷ (1 + GOGC/100). Heap in use also
+	// counts garbage not yet collected, which depends on when the GC ran.
+	LiveHeap int64
 	// During a forced relist (410 from the replay server).
 	PeakRSS, PeakHeapInuse int64
 	RelistSeconds          float64
@@ -32,8 +36,8 @@ type MemoryPoint struct {
 type MemoryResult struct {
 	Points []MemoryPoint
 	// Slopes, bytes per object (least squares over the points).
-	RSSPerObject, HeapPerObject float64
-	Churn                       int
+	RSSPerObject, HeapPerObject, LiveHeapPerObject float64
+	Churn                                          int
 }
 
 // markers collects relayd's sync markers from NATS as they are stored.
@@ -141,18 +145,20 @@ func (h *harness) memory(ctx context.Context, rec *Recording) (*MemoryResult, er
 		if err != nil {
 			return nil, fmt.Errorf("%d objects: %w", n, err)
 		}
-		h.logf("bench: memory %d objects: RSS %.1f MiB, heap in use %.1f MiB, tracked %.0f; relist peak RSS %.1f MiB (%.2f×), %.1fs",
-			n, mib(p.RSS), mib(p.HeapInuse), p.Tracked, mib(p.PeakRSS), float64(p.PeakRSS)/float64(p.RSS), p.RelistSeconds)
+		h.logf("bench: memory %d objects: RSS %.1f MiB, heap in use %.1f MiB, live heap %.1f MiB, tracked %.0f; relist peak RSS %.1f MiB (%.2f×), %.1fs",
+			n, mib(p.RSS), mib(p.HeapInuse), mib(p.LiveHeap), p.Tracked, mib(p.PeakRSS), float64(p.PeakRSS)/float64(p.RSS), p.RelistSeconds)
 		res.Points = append(res.Points, *p)
 	}
-	var xs, rss, heap []float64
+	var xs, rss, heap, live []float64
 	for _, p := range res.Points {
 		xs = append(xs, float64(p.Objects))
 		rss = append(rss, float64(p.RSS))
 		heap = append(heap, float64(p.HeapInuse))
+		live = append(live, float64(p.LiveHeap))
 	}
 	res.RSSPerObject = slope(xs, rss)
 	res.HeapPerObject = slope(xs, heap)
+	res.LiveHeapPerObject = slope(xs, live)
 	return res, nil
 }
 
@@ -215,7 +221,11 @@ func (h *harness) memoryPoint(ctx context.Context, tpl *cmTemplate, n int) (*Mem
     initial: snapshot
 `
 	extra := "watch:\n  relistBackoff: {initial: 100ms, max: 1s}\n"
-	r, err := h.startRelayd(ctx, fmt.Sprintf("memory-%d-%s", n, id), h.relaydConfig(cluster, stream, extra, src), kc, "")
+	var heapProf string
+	if h.o.Profile {
+		heapProf = filepath.Join(h.o.WorkDir, "profiles", fmt.Sprintf("memory-%d.heap.pprof", n))
+	}
+	r, err := h.startRelayd(ctx, fmt.Sprintf("memory-%d-%s", n, id), h.relaydConfig(cluster, stream, extra, src), kc, heapProf)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +236,7 @@ func (h *harness) memoryPoint(ctx context.Context, tpl *cmTemplate, n int) (*Mem
 	h.snoop.Quiet(ctx, time.Second)
 	p := &MemoryPoint{Objects: n}
 	// Steady state: the median of a few samples.
-	var rs, hi, ha []float64
+	var rs, hi, ha, lh []float64
 	for range 5 {
 		rss, _, err := r.Mem()
 		if err != nil {
@@ -239,10 +249,21 @@ func (h *harness) memoryPoint(ctx context.Context, tpl *cmTemplate, n int) (*Mem
 		rs = append(rs, float64(rss))
 		hi = append(hi, m.Sum("go_memstats_heap_inuse_bytes", nil))
 		ha = append(ha, m.Sum("go_memstats_heap_alloc_bytes", nil))
+		gogc := 100.0
+		if m.Has("go_gc_gogc_percent") {
+			gogc = m.Sum("go_gc_gogc_percent", nil)
+		}
+		lh = append(lh, m.Sum("go_memstats_next_gc_bytes", nil)/(1+gogc/100))
 		p.Tracked = m.Sum("relayd_tracked_objects", nil)
 		time.Sleep(300 * time.Millisecond)
 	}
-	p.RSS, p.HeapInuse, p.HeapAlloc = int64(median(rs)), int64(median(hi)), int64(median(ha))
+	p.RSS, p.HeapInuse, p.HeapAlloc, p.LiveHeap = int64(median(rs)), int64(median(hi)), int64(median(ha)), int64(median(lh))
+	if heapProf != "" {
+		if err := r.heapProfile(ctx); err != nil {
+			return nil, err
+		}
+		h.logf("bench: heap profile %s", heapProf)
+	}
 
 	// A forced relist: the replay server ends the watch with 410 Expired.
 	before := h.snoop.Count(stream)

@@ -184,10 +184,17 @@ func (h *harness) recovery(ctx context.Context) (*RecoveryResult, error) {
 	for _, r := range res.Runs {
 		a = append(a, r.From410)
 	}
+	missing410 := false
+	for _, x := range a {
+		missing410 = missing410 || x < 0
+	}
 	for _, r := range res.Informer {
 		b = append(b, r.Synced)
 	}
 	res.From410, res.InformerSynced = median(a), median(b)
+	if missing410 {
+		res.From410 = -1
+	}
 	return res, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -89,7 +90,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	for _, d := range []string{o.CacheDir, o.WorkDir, filepath.Join(o.WorkDir, "logs")} {
+	for _, d := range []string{o.CacheDir, o.WorkDir, filepath.Join(o.WorkDir, "logs"), filepath.Join(o.WorkDir, "profiles")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
@@ -258,8 +259,10 @@ type relayd struct {
 }
 
 // startRelayd writes cfg and starts relayd against kubeconfig, from
-// RelaydBin, or in-process in Self (always when profiling).
-func (h *harness) startRelayd(ctx context.Context, name, cfg, kubeconfig, cpuProfile string) (*relayd, error) {
+// RelaydBin, or in-process in Self (always when profiling). A non-empty
+// profile is a CPU profile of the whole run, or, when it ends in
+// ".heap.pprof", a heap profile written on SIGUSR1 (see relayd.heapProfile).
+func (h *harness) startRelayd(ctx context.Context, name, cfg, kubeconfig, profile string) (*relayd, error) {
 	path := filepath.Join(h.o.WorkDir, name+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -273,14 +276,17 @@ func (h *harness) startRelayd(ctx context.Context, name, cfg, kubeconfig, cpuPro
 		return nil, err
 	}
 	var c *Child
-	if h.o.RelaydBin != "" && cpuProfile == "" {
+	if h.o.RelaydBin != "" && profile == "" {
 		c, err = StartChild(name, h.o.RelaydBin, []string{"run", "-c", path, "--kubeconfig", kubeconfig,
 			"--metrics-bind-address", m, "--health-probe-bind-address", hl, "--log-level", "warn"}, nil, h.logPath(name))
 	} else {
 		args := []string{"-mode", ModeRelayd, "-config", path, "-kubeconfig", kubeconfig,
 			"-metrics-bind-address", m, "-health-probe-bind-address", hl}
-		if cpuProfile != "" {
-			args = append(args, "-cpuprofile", cpuProfile)
+		switch {
+		case strings.HasSuffix(profile, ".heap.pprof"):
+			args = append(args, "-memprofile", profile)
+		case profile != "":
+			args = append(args, "-cpuprofile", profile)
 		}
 		c, err = h.self(name, "consume", args...)
 	}
@@ -288,6 +294,16 @@ func (h *harness) startRelayd(ctx context.Context, name, cfg, kubeconfig, cpuPro
 		return nil, err
 	}
 	return &relayd{Child: c, metrics: m, health: hl}, nil
+}
+
+// heapProfile makes an in-process relayd started with a heap profile
+// collect garbage and write the profile, and waits until it has.
+func (r *relayd) heapProfile(ctx context.Context) error {
+	if err := r.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		return err
+	}
+	_, err := r.WaitLine(ctx, "heapprofile", time.Minute)
+	return err
 }
 
 // alive is an AckSnoop.WaitCount check that fails once the process exited.
