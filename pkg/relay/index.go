@@ -116,8 +116,14 @@ func (r *relay) loadIndex(ctx context.Context, w *watch) (relist string, err err
 	case n > 0:
 		relist = metrics.ReasonNoCheckpoint
 	}
-	if first && !hasCP {
-		// Keep relaydepoch increasing when the checkpoint is gone.
+	if first {
+		// Keep relaydepoch increasing when the checkpoint is gone, and
+		// when it is behind: the bucket records the epoch with every
+		// sync.started, the checkpoint only when the watermark moves, so
+		// after a crash during or right after a relist the bucket is
+		// ahead. Reusing that epoch would give the next relist's sync
+		// markers the crashed run's Nats-Msg-Ids, and JetStream would
+		// drop them as duplicates: a gap without markers.
 		if w.epochFloor, err = b.Epoch(ctx, w.ixPrefix); err != nil {
 			return "", err
 		}

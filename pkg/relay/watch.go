@@ -55,7 +55,7 @@ type watch struct {
 	ixSeqFloor uint64 // index seq of the loaded checkpoint
 	ixLoaded   bool   // false: (re)load before running
 	relist     string // reason of a list due at start; cleared when a list completes
-	epochFloor uint64 // epoch recorded in the bucket, for a start without a checkpoint
+	epochFloor uint64 // epoch recorded in the bucket (read at the first load): the epoch to start from when the checkpoint has none or an older one
 	counts     event.SyncCounts
 }
 
@@ -260,7 +260,7 @@ func (r *relay) runOnce(ctx context.Context, w *watch) (err error) {
 	if rv, ep := w.pipe.Watermark(); rv != "" {
 		st.ResourceVersion, st.Epoch = rv, ep
 	} else if pos, ok := r.store.Get(w.key); ok {
-		st.ResourceVersion, st.Epoch = pos.ResourceVersion, pos.Epoch
+		st.ResourceVersion, st.Epoch = pos.ResourceVersion, max(pos.Epoch, w.epochFloor)
 	} else {
 		st.Epoch = w.epochFloor
 	}
