@@ -35,6 +35,9 @@ type Report struct {
 	// GapDeletes counts objects deleted inside a gap whose delete a resync
 	// reported (final state unknown).
 	GapDeletes int `json:"gapDeletes"`
+	// RedundantDeletes counts resync deletes (final state unknown) of
+	// objects whose delete was already on the stream.
+	RedundantDeletes int `json:"redundantDeletes"`
 	// Resyncs counts sync.completed markers by reason.
 	Resyncs map[string]int `json:"resyncs"`
 	// Samples counts checkpoint samples checked.
@@ -62,8 +65,8 @@ func (r Report) count(check string) int {
 // Summary is a one-paragraph account of the report.
 func (r Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates), %d covered by a resync, %d gap deletes reported, resyncs %v, %d checkpoint samples",
-		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Samples)
+	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, %d checkpoint samples",
+		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Samples)
 	if r.OK() {
 		b.WriteString(": OK")
 		return b.String()
@@ -128,7 +131,8 @@ func Check(h *History) Report {
 	c.checkPhantomsAndOrder()
 	c.checkFinal()
 	c.checkSamples()
-	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return c.rep.Failures[i].Check < c.rep.Failures[j].Check })
+	rank := map[string]int{"reference": 0, "lost": 1, "gap-delete": 2, "gap-state": 3, "phantom": 4, "order": 5, "final": 6, "checkpoint-ahead": 7}
+	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return rank[c.rep.Failures[i].Check] < rank[c.rep.Failures[j].Check] })
 	return c.rep
 }
 
@@ -314,8 +318,20 @@ func (c *checker) checkPhantomsAndOrder() {
 	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+keys[i][1] < keys[j][0]+keys[j][1] })
 	for _, k := range keys {
 		var maxRV int64
+		deletedAt := uint64(0) // seq of the first delete of the object on the stream
 		for _, e := range c.events[k] {
 			f := Finding{Source: e.Source, UID: e.UID, Name: e.Name, RV: e.RV}
+			if e.Unknown && deletedAt != 0 {
+				// A resync reported again a delete that was already on the
+				// stream (relayd crashed after publishing the watch delete
+				// and before its index recorded it): redundant, not a
+				// step back in the object's history.
+				c.rep.RedundantDeletes++
+				continue
+			}
+			if e.Type == Deleted && deletedAt == 0 {
+				deletedAt = e.Seq
+			}
 			switch {
 			case e.Unknown:
 				_, existed := c.refKeys[key{e.Source, e.UID, e.RV, false}]

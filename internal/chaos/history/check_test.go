@@ -311,3 +311,21 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		t.Errorf("re-check differs or passes:\n%s\n%s", a.Summary(), b.Summary())
 	}
 }
+
+func TestRedundantResyncDeleteIsCountedNotFailed(t *testing.T) {
+	s := newSyn()
+	a := s.write("create", "a")
+	s.publish(a, "watch")
+	s.publish(s.write("delete", "a"), "watch")
+	// relayd crashed before its index recorded the delete: the next
+	// relist reports it again, with the last version it had indexed.
+	s.marker("sync.started", "expired", 2, a.RV, s.rv)
+	s.unknownDelete(a)
+	s.marker("sync.completed", "expired", 2, a.RV, s.rv)
+	s.final()
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{})
+	if r.RedundantDeletes != 1 {
+		t.Errorf("redundant deletes %d, want 1", r.RedundantDeletes)
+	}
+}

@@ -1,0 +1,110 @@
+package record
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/relayd/relayd/internal/chaos/history"
+	"github.com/relayd/relayd/pkg/event"
+)
+
+// ReadStream reads every message of the stream, in order, and decodes it.
+// A message that does not decode is an error: relayd never publishes one.
+func ReadStream(ctx context.Context, js jetstream.JetStream, stream string) ([]history.Event, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("reader: stream %s: %w", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reader: stream %s: %w", stream, err)
+	}
+	var out []history.Event
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		rm, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reader: message %d: %w", seq, err)
+		}
+		e, err := Decode(seq, rm.Header, rm.Data)
+		if err != nil {
+			return nil, fmt.Errorf("reader: message %d on %s: %w", seq, rm.Subject, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Decode turns one stored message into a history event.
+func Decode(seq uint64, header map[string][]string, data []byte) (history.Event, error) {
+	env, err := event.DecodeMessage(header, data)
+	if err != nil {
+		return history.Event{}, err
+	}
+	e := history.Event{Seq: seq, Source: env.RelaydSource, ID: env.ID, Epoch: env.RelaydEpoch, Origin: env.RelaydOrigin}
+	dot := strings.LastIndex(env.Type, ".")
+	switch {
+	case strings.HasSuffix(env.Type[:max(dot, 0)], ".object"):
+		e.Kind, e.Type = "object", env.Type[dot+1:]
+		e.UID, e.Namespace, e.Name, e.Unknown = env.K8sUID, env.K8sNamespace, env.K8sName, env.RelaydFinalStateUnknown
+		if e.RV, err = history.ParseRV(env.K8sResourceVersion); err != nil {
+			return e, err
+		}
+	case strings.HasSuffix(env.Type, ".sync.started"), strings.HasSuffix(env.Type, ".sync.completed"):
+		e.Kind = "sync." + env.Type[dot+1:]
+		var d struct {
+			Reason string `json:"reason"`
+			From   string `json:"fromResourceVersion"`
+			To     string `json:"toResourceVersion"`
+		}
+		if err := json.Unmarshal(env.Data, &d); err != nil {
+			return e, fmt.Errorf("sync marker data: %w", err)
+		}
+		e.Reason = d.Reason
+		if e.From, err = history.ParseRV(d.From); err != nil {
+			return e, err
+		}
+		if e.To, err = history.ParseRV(d.To); err != nil {
+			return e, err
+		}
+	default:
+		return e, fmt.Errorf("unknown event type %q", env.Type)
+	}
+	return e, nil
+}
+
+// FinalList lists every kind in namespace with a consistent read
+// (resourceVersion ""), and returns the objects and the list's
+// resourceVersion (the largest over the kinds).
+func FinalList(ctx context.Context, dyn dynamic.Interface, namespace string, kinds []Kind) ([]history.Object, int64, error) {
+	var out []history.Object
+	var rv int64
+	for _, k := range kinds {
+		l, err := dyn.Resource(k.GVR).Namespace(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, 0, fmt.Errorf("final list of %s: %w", k.GVR.Resource, err)
+		}
+		lrv, err := history.ParseRV(l.GetResourceVersion())
+		if err != nil {
+			return nil, 0, err
+		}
+		rv = max(rv, lrv)
+		for _, o := range l.Items {
+			orv, err := history.ParseRV(o.GetResourceVersion())
+			if err != nil {
+				return nil, 0, err
+			}
+			out = append(out, history.Object{Source: k.Source, UID: string(o.GetUID()), Namespace: o.GetNamespace(), Name: o.GetName(), RV: orv})
+		}
+	}
+	return out, rv, nil
+}

@@ -1,0 +1,102 @@
+package record
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/relayd/relayd/internal/chaos/history"
+)
+
+// Sampler reads relayd's checkpoint ConfigMap now and then and, right
+// after, the stream's last sequence: the checker then verifies that every
+// change at or below the checkpoint was on the stream by then.
+type Sampler struct {
+	cs       kubernetes.Interface
+	js       jetstream.JetStream
+	stream   string
+	ns, name string
+	keys     map[string]string // checkpoint data key -> source
+
+	mu      sync.Mutex
+	samples []history.Sample
+	errs    int
+}
+
+// NewSampler samples the checkpoint ConfigMap ns/name; keys maps its data
+// keys (e.g. "cms.<ns>") to source names.
+func NewSampler(cs kubernetes.Interface, js jetstream.JetStream, stream, ns, name string, keys map[string]string) *Sampler {
+	return &Sampler{cs: cs, js: js, stream: stream, ns: ns, name: name, keys: keys}
+}
+
+// Run samples every interval (jittered) until ctx ends. Unavailable servers
+// skip a sample.
+func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval/2 + rand.N(interval)):
+		}
+		s.sample(ctx)
+	}
+}
+
+func (s *Sampler) sample(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	at := time.Now()
+	cm, err := s.cs.CoreV1().ConfigMaps(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+	if err != nil {
+		s.fail()
+		return
+	}
+	st, err := s.js.Stream(ctx, s.stream)
+	if err != nil {
+		s.fail()
+		return
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		s.fail()
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range cm.Data {
+		src, ok := s.keys[k]
+		if !ok {
+			continue
+		}
+		var p struct {
+			ResourceVersion string `json:"resourceVersion"`
+		}
+		if json.Unmarshal([]byte(v), &p) != nil {
+			continue
+		}
+		rv, err := history.ParseRV(p.ResourceVersion)
+		if err != nil || rv == 0 {
+			continue
+		}
+		s.samples = append(s.samples, history.Sample{At: at, Source: src, CheckpointRV: rv, StreamLastSeq: info.State.LastSeq})
+	}
+}
+
+func (s *Sampler) fail() {
+	s.mu.Lock()
+	s.errs++
+	s.mu.Unlock()
+}
+
+// Samples returns the samples so far and how many attempts failed.
+func (s *Sampler) Samples() ([]history.Sample, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]history.Sample(nil), s.samples...), s.errs
+}

@@ -1,0 +1,219 @@
+package scenario
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// BuildRelayd builds cmd/relayd with -tags failpoints into dir.
+func BuildRelayd(repoRoot, dir string) (string, error) {
+	out := filepath.Join(dir, "relayd-failpoints")
+	cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", out, "./cmd/relayd")
+	cmd.Dir = repoRoot
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -tags failpoints ./cmd/relayd: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// hitRe matches the hit-count placeholders of a failpoint spec.
+var hitRe = regexp.MustCompile(`\{n(?::(\d+)-(\d+))?\}`)
+
+// proc is relayd run as a pod would be: a keeper restarts it whenever it
+// exits on its own (kill -9, a failpoint, a crash), after a short delay.
+type proc struct {
+	bin, conf, kc, log string
+
+	mu         sync.Mutex
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	failpoints string     // "{n}" / "{n:LO-HI}" become a random hit count in [5, 40) / [LO, HI) at each start
+	rng        *rand.Rand // for {n}; used under mu
+	keep       bool       // restart after an exit
+	restarts   int
+	crashes    int  // exits that were not a kill we sent
+	hold       bool // no restart until released
+	killing    bool
+	keeperDone chan struct{}
+}
+
+func (p *proc) startLocked() error {
+	cmd := exec.Command(p.bin, "run", "-c", p.conf, "--kubeconfig", p.kc,
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0", "--log-level", "info")
+	cmd.Env = os.Environ()
+	fp := p.failpoints
+	if p.rng != nil {
+		fp = hitRe.ReplaceAllStringFunc(fp, func(m string) string {
+			lo, hi := 5, 40
+			if sub := hitRe.FindStringSubmatch(m); sub[1] != "" {
+				lo, _ = strconv.Atoi(sub[1])
+				hi, _ = strconv.Atoi(sub[2])
+			}
+			return strconv.Itoa(lo + p.rng.IntN(max(hi-lo, 1)))
+		})
+	}
+	if fp != "" {
+		cmd.Env = append(cmd.Env, "RELAYD_FAILPOINTS="+fp)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "=== %s start (failpoints %q)\n", time.Now().Format(time.RFC3339Nano), fp)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p.cmd = cmd
+	exited := make(chan struct{})
+	p.exited = exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	return nil
+}
+
+// start starts relayd and its keeper.
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.keep = true
+	if err := p.startLocked(); err != nil {
+		return err
+	}
+	p.keeperDone = make(chan struct{})
+	go p.keeper()
+	return nil
+}
+
+func (p *proc) keeper() {
+	defer close(p.keeperDone)
+	for {
+		p.mu.Lock()
+		exited := p.exited
+		p.mu.Unlock()
+		<-exited
+		p.mu.Lock()
+		if !p.keep {
+			p.mu.Unlock()
+			return
+		}
+		if !p.killing {
+			p.crashes++
+		}
+		p.killing = false
+		p.restarts++
+		p.mu.Unlock()
+		time.Sleep(200 * time.Millisecond) // a pod restart is not instant
+		p.mu.Lock()
+		for p.hold && p.keep {
+			p.mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+			p.mu.Lock()
+		}
+		if !p.keep {
+			p.mu.Unlock()
+			return
+		}
+		if err := p.startLocked(); err != nil {
+			p.keep = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+}
+
+// signal sends sig to the running relayd.
+func (p *proc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil {
+		if sig == syscall.SIGKILL {
+			p.killing = true
+		}
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// setHold stops (true) or allows (false) restarts by the keeper.
+func (p *proc) setHold(on bool) {
+	p.mu.Lock()
+	p.hold = on
+	p.mu.Unlock()
+}
+
+// setFailpoints applies to the next start.
+func (p *proc) setFailpoints(s string) {
+	p.mu.Lock()
+	p.failpoints = s
+	p.mu.Unlock()
+}
+
+// alive reports whether relayd is running now.
+func (p *proc) alive() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// term stops relayd with SIGTERM (no restart) and reports how it exited.
+func (p *proc) term(timeout time.Duration) error {
+	p.mu.Lock()
+	p.keep = false
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-exited
+		<-p.keeperDone
+		return fmt.Errorf("relayd did not exit within %v of SIGTERM", timeout)
+	}
+	<-p.keeperDone
+	if cmd.ProcessState.ExitCode() != 0 {
+		return fmt.Errorf("relayd exited with %v after SIGTERM", cmd.ProcessState)
+	}
+	return nil
+}
+
+// kill is the final kill -9 for cleanup.
+func (p *proc) kill() {
+	p.mu.Lock()
+	p.keep = false
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+	if p.keeperDone != nil {
+		<-p.keeperDone
+	}
+}
+
+func (p *proc) counts() (restarts, crashes int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarts, p.crashes
+}

@@ -1,0 +1,576 @@
+// Package scenario runs relayd under injected faults against real servers
+// (etcd + kube-apiserver child processes, embedded NATS JetStream, all on
+// loopback) and checks the outcome with internal/chaos/history.
+//
+// A run: namespaces and a stream are created; a reference watch of etcd
+// starts; relayd (built with -tags failpoints) starts under a keeper that
+// restarts it whenever it dies, like a pod; a seeded writer creates,
+// updates and deletes ConfigMaps and Widgets (a CRD) while the scenario's
+// fault driver injects faults with quiet periods in between; then every
+// fault is healed, relayd runs without failpoints until the stream is
+// complete (or a drain timeout passes), is stopped with SIGTERM, and the
+// history is checked. A failed run writes its history as JSON.
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/template"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/relayd/relayd/internal/chaos/faultproxy"
+	"github.com/relayd/relayd/internal/chaos/history"
+	"github.com/relayd/relayd/internal/chaos/record"
+	"github.com/relayd/relayd/internal/testenv"
+)
+
+// Env is what scenarios run against.
+type Env struct {
+	K8s       *testenv.Env // watch cache on (apiserver restart gives 410)
+	K8sNoWC   *testenv.Env // watch cache off (compaction gives 410); may be nil
+	NATS      *testenv.NATS
+	RelaydBin string // built with -tags failpoints
+	// ArtifactDir receives the histories (JSON) and relayd logs of failed
+	// runs.
+	ArtifactDir string
+	Logf        func(format string, args ...any)
+}
+
+// Scenario is one fault scenario.
+type Scenario struct {
+	Name string
+	// NoWatchCache runs it against the apiserver with the watch cache off.
+	NoWatchCache bool
+	// ProxyAPI / ProxyNATS put a fault proxy between relayd and the server.
+	ProxyAPI, ProxyNATS bool
+	// StreamMaxMsgs > 0 pre-creates the stream with that limit and
+	// discard-new (relayd does not create it).
+	StreamMaxMsgs int64
+	// Failpoints is RELAYD_FAILPOINTS while faults are injected; every
+	// "{n}" becomes a random hit count in [5, 40) at each (re)start, so
+	// relayd dies there again and again; "{n:LO-HI}" picks from [LO, HI).
+	Failpoints string
+	// Faults injects faults until ctx ends; it must mix them with quiet
+	// periods and leave nothing broken that Heal does not repair.
+	Faults func(ctx context.Context, r *Run)
+	// MinFaults: the run fails if fewer faults were injected.
+	MinFaults int
+	// Tamper, if set, damages the stream after relayd stopped and before
+	// the final check: a run of the checker against a known-bad stream.
+	Tamper func(ctx context.Context, js jetstream.JetStream, stream string) error
+	// LongOnly keeps the scenario out of the short suite (`make test`);
+	// the reason says why.
+	LongOnly string
+	// MinWriteFor stretches the writing phase (and so the fault phase) to
+	// at least this long.
+	MinWriteFor time.Duration
+}
+
+// Params bound a run.
+type Params struct {
+	Seed         uint64
+	Writes       int
+	WriteFor     time.Duration
+	Pace         time.Duration
+	Objects      int
+	DrainTimeout time.Duration
+}
+
+// Result is a run's outcome.
+type Result struct {
+	Scenario string
+	Seed     uint64
+	Report   history.Report
+	Faults   []history.Fault
+	Restarts int // relayd restarts by the keeper
+	Crashes  int // of which relayd died on its own (failpoint kill)
+	Writes   int // acknowledged writes
+	Duration time.Duration
+	// Err is a failure outside the checker (setup, relayd exit code,
+	// too few faults).
+	Err          error
+	HistoryFile  string
+	RelaydLogDir string
+}
+
+// OK reports whether the run passed.
+func (r Result) OK() bool { return r.Err == nil && r.Report.OK() }
+
+// Run is one running scenario, handed to the fault driver.
+type Run struct {
+	Env  *Env
+	K8s  *testenv.Env
+	Rng  *rand.Rand
+	proc *proc
+
+	APIProxy, NATSProxy *faultproxy.Proxy
+	js                  jetstream.JetStream
+	stream              string
+
+	mu       sync.Mutex
+	faults   []history.Fault
+	natsDown bool
+}
+
+// Fault records an injected fault.
+func (r *Run) Fault(kind, detail string) {
+	r.mu.Lock()
+	r.faults = append(r.faults, history.Fault{At: time.Now(), Kind: kind, Detail: detail})
+	r.mu.Unlock()
+	if r.Env.Logf != nil {
+		r.Env.Logf("fault %s %s", kind, detail)
+	}
+}
+
+// Sleep waits d or until ctx ends; false if ctx ended.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// Between is a random duration in [lo, hi).
+func (r *Run) Between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(r.Rng.Int64N(int64(hi-lo)))
+}
+
+// Kill9 kills relayd with SIGKILL (the keeper restarts it).
+func (r *Run) Kill9() { r.proc.signal(sigKill); r.Fault("kill-9", "") }
+
+// Down kills relayd with SIGKILL and keeps it down for d, then calls
+// during (if not nil) before it is restarted: a long outage.
+func (r *Run) Down(ctx context.Context, d time.Duration, during func()) {
+	r.proc.setHold(true)
+	r.proc.signal(sigKill)
+	r.Fault("kill-9-down", d.Round(time.Millisecond).String())
+	Sleep(ctx, d)
+	if during != nil {
+		during()
+	}
+	r.proc.setHold(false)
+}
+
+// Pause stops relayd with SIGSTOP for d, then SIGCONT.
+func (r *Run) Pause(ctx context.Context, d time.Duration) {
+	r.proc.signal(sigStop)
+	r.Fault("sigstop", d.Round(time.Millisecond).String())
+	Sleep(ctx, d)
+	r.proc.signal(sigCont)
+}
+
+// StopNATS / StartNATS kill and restart nats-server (same port and store).
+func (r *Run) StopNATS() {
+	r.mu.Lock()
+	r.natsDown = true
+	r.mu.Unlock()
+	r.Env.NATS.Stop()
+	r.Fault("nats-stop", "")
+}
+
+// StartNATS restarts nats-server.
+func (r *Run) StartNATS() error {
+	err := r.Env.NATS.Start()
+	if err == nil {
+		r.mu.Lock()
+		r.natsDown = false
+		r.mu.Unlock()
+	}
+	return err
+}
+
+// SetStreamMaxMsgs changes the stream's message limit.
+func (r *Run) SetStreamMaxMsgs(ctx context.Context, n int64) error {
+	s, err := r.js.Stream(ctx, r.stream)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	cfg := info.Config
+	cfg.MaxMsgs = n
+	_, err = r.js.UpdateStream(ctx, cfg)
+	return err
+}
+
+// StreamMsgs is the stream's message count and limit.
+func (r *Run) StreamMsgs(ctx context.Context) (msgs uint64, limit int64, err error) {
+	s, err := r.js.Stream(ctx, r.stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	return info.State.Msgs, info.Config.MaxMsgs, nil
+}
+
+const cfgTemplate = `
+cluster: {{.Cluster}}
+nats:
+  url: {{.URL}}
+  publishTimeout: 2s
+  maxInFlight: 32
+  stream:
+    name: {{.Stream}}
+    create: {{.Create}}
+    duplicateWindow: 10m
+checkpoint:
+  namespace: {{.CPNS}}
+  name: cp
+  flushInterval: 200ms
+watch:
+  timeout: 30s
+  idleTimeout: 35s
+  relistBackoff: {initial: 200ms, max: 2s}
+shutdown:
+  drainTimeout: 15s
+sources:
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [{{.NS}}]
+  - name: widgets
+    apiVersion: example.com/v1
+    kind: Widget
+    namespaces: [{{.NS}}]
+`
+
+var runSeq int
+
+// Execute runs scenario s with params p.
+func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
+	t0 := time.Now()
+	res = Result{Scenario: s.Name, Seed: p.Seed}
+	defer func() { res.Duration = time.Since(t0) }()
+	k8s := e.K8s
+	if s.NoWatchCache {
+		k8s = e.K8sNoWC
+	}
+	if k8s == nil {
+		res.Err = errors.New("scenario needs the apiserver without watch cache; none given")
+		return res
+	}
+	runSeq++
+	tag := fmt.Sprintf("%s-%d-%d", strings.ToLower(s.Name), runSeq, time.Now().UnixNano()%1e6)
+	ns, cpNS, cluster, stream := "chaos-"+tag, "chaos-cp-"+tag, "c"+strings.ReplaceAll(tag, "-", ""), "CHAOS"+strings.ReplaceAll(strings.ToUpper(tag), "-", "")
+	if len(ns) > 60 {
+		ns, cpNS = ns[:60], cpNS[:60]
+	}
+	dir, err := os.MkdirTemp("", "relayd-chaos-"+tag+"-")
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	keepDir := false
+	defer func() {
+		if !keepDir {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	rc := k8s.AdminConfig()
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	if err := k8s.InstallWidgetCRD(ctx); err != nil {
+		res.Err = err
+		return res
+	}
+	for _, n := range []string{ns, cpNS} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			res.Err = err
+			return res
+		}
+	}
+	if _, err := cs.CoreV1().ConfigMaps(cpNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cp"}}, metav1.CreateOptions{}); err != nil {
+		res.Err = err
+		return res
+	}
+	nc, err := nats.Connect(e.NATS.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	if s.StreamMaxMsgs > 0 {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: stream, Subjects: []string{"k8s." + cluster + ".>"}, Discard: jetstream.DiscardNew,
+			MaxMsgs: s.StreamMaxMsgs, Duplicates: 10 * time.Minute, Storage: jetstream.FileStorage,
+		})
+		if err != nil {
+			res.Err = err
+			return res
+		}
+	}
+
+	kinds := []record.Kind{record.ConfigMaps("cms"), record.Widgets("widgets", testenv.WidgetGVR)}
+	rev, err := k8s.EtcdRevision(ctx)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	ref, err := record.StartReference(ctx, k8s.EtcdEndpoint(), rev, []record.Prefix{
+		{Key: "/registry/configmaps/" + ns + "/", Source: "cms"},
+		{Key: "/registry/example.com/widgets/" + ns + "/", Source: "widgets"},
+	})
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer ref.Close()
+
+	r := &Run{Env: e, K8s: k8s, Rng: rand.New(rand.NewPCG(p.Seed, 7)), js: js, stream: stream}
+	apiHost, natsURL := k8s.Host(), e.NATS.URL()
+	if s.ProxyAPI {
+		if r.APIProxy, err = faultproxy.New(strings.TrimPrefix(apiHost, "https://")); err != nil {
+			res.Err = err
+			return res
+		}
+		defer r.APIProxy.Close()
+		apiHost = "https://" + r.APIProxy.Addr()
+	}
+	if s.ProxyNATS {
+		if r.NATSProxy, err = faultproxy.New(strings.TrimPrefix(natsURL, "nats://")); err != nil {
+			res.Err = err
+			return res
+		}
+		defer r.NATSProxy.Close()
+		natsURL = "nats://" + r.NATSProxy.Addr()
+	}
+	kc, conf := filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "config.yaml")
+	if err := k8s.WriteKubeconfig(kc, false); err != nil {
+		res.Err = err
+		return res
+	}
+	if err := rewriteServer(kc, apiHost); err != nil {
+		res.Err = err
+		return res
+	}
+	var b bytes.Buffer
+	_ = template.Must(template.New("cfg").Parse(cfgTemplate)).Execute(&b, map[string]any{
+		"Cluster": cluster, "URL": natsURL, "Stream": stream, "Create": s.StreamMaxMsgs == 0, "CPNS": cpNS, "NS": ns,
+	})
+	if err := os.WriteFile(conf, b.Bytes(), 0o600); err != nil {
+		res.Err = err
+		return res
+	}
+	r.proc = &proc{bin: e.RelaydBin, conf: conf, kc: kc, log: filepath.Join(dir, "relayd.log"), rng: rand.New(rand.NewPCG(p.Seed, 11))}
+	if err := r.proc.start(); err != nil {
+		res.Err = err
+		return res
+	}
+	defer r.proc.kill()
+
+	// The guarantee covers changes after a checkpoint: writes start once
+	// relayd has written one for both watches (its initial snapshot is
+	// state, not history).
+	if err := waitCheckpoint(ctx, cs, cpNS, "cms."+ns, "widgets."+ns); err != nil {
+		res.Err = err
+		return res
+	}
+
+	if s.Failpoints != "" {
+		// Armed from here on: restart relayd with them (not a fault).
+		r.proc.setFailpoints(s.Failpoints)
+		r.proc.signal(sigKill)
+	}
+
+	sampler := record.NewSampler(cs, js, stream, cpNS, "cp", map[string]string{"cms." + ns: "cms", "widgets." + ns: "widgets"})
+	sctx, scancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); sampler.Run(sctx, 300*time.Millisecond) }()
+	defer func() { scancel(); wg.Wait() }()
+
+	writeFor, maxWrites := p.WriteFor, p.Writes
+	if s.MinWriteFor > writeFor {
+		// Stretched: the same write rate for longer.
+		maxWrites = int(float64(maxWrites) * float64(s.MinWriteFor) / float64(writeFor))
+		writeFor = s.MinWriteFor
+	}
+	writer := record.NewWriter(dyn, record.WriterOptions{Seed: p.Seed, Namespace: ns, Kinds: kinds, Objects: p.Objects,
+		MaxWrites: maxWrites, Duration: writeFor, Pace: p.Pace})
+	wctx, wcancel := context.WithCancel(ctx)
+	fdone := make(chan struct{})
+	go func() {
+		defer close(fdone)
+		if s.Faults != nil {
+			s.Faults(wctx, r)
+		}
+	}()
+	writer.Run(ctx)
+	wcancel()
+	<-fdone
+
+	// Heal everything, then let relayd (without failpoints) drain.
+	if r.APIProxy != nil {
+		r.APIProxy.Heal()
+	}
+	if r.NATSProxy != nil {
+		r.NATSProxy.Heal()
+	}
+	r.mu.Lock()
+	down := r.natsDown
+	r.mu.Unlock()
+	if down {
+		if err := r.StartNATS(); err != nil {
+			res.Err = err
+			return res
+		}
+	}
+	if s.StreamMaxMsgs > 0 {
+		if err := r.SetStreamMaxMsgs(ctx, -1); err != nil {
+			res.Err = fmt.Errorf("lift the stream limit: %w", err)
+			return res
+		}
+	}
+	r.proc.setHold(false)
+	r.proc.signal(sigCont)
+	if s.Failpoints != "" {
+		r.proc.setFailpoints("")
+		r.proc.signal(sigKill) // restart without failpoints (not counted as a fault)
+	}
+
+	h := &history.History{Scenario: s.Name, Seed: p.Seed, Sources: []string{"cms", "widgets"}, Started: t0}
+	collect := func() error {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		changes, rerr := ref.Changes()
+		if rerr != nil {
+			return rerr
+		}
+		h.Reference = changes
+		h.Writes = writer.Writes()
+		if h.Stream, err = record.ReadStream(cctx, js, stream); err != nil {
+			return err
+		}
+		if h.Final, h.FinalRV, err = record.FinalList(cctx, dyn, ns, kinds); err != nil {
+			return err
+		}
+		h.Samples, _ = sampler.Samples()
+		r.mu.Lock()
+		h.Faults = append([]history.Fault(nil), r.faults...)
+		r.mu.Unlock()
+		return nil
+	}
+	deadline := time.Now().Add(p.DrainTimeout)
+	var rep history.Report
+	for {
+		Sleep(ctx, time.Second)
+		if err := collect(); err != nil {
+			if time.Now().After(deadline) {
+				res.Err = fmt.Errorf("collect the history: %w", err)
+				break
+			}
+			continue
+		}
+		rep = history.Check(h)
+		if (rep.OK() && r.proc.alive()) || time.Now().After(deadline) {
+			break
+		}
+	}
+	scancel()
+	wg.Wait()
+	if res.Err == nil {
+		if err := r.proc.term(30 * time.Second); err != nil {
+			res.Err = err
+		}
+		if s.Tamper != nil {
+			if err := s.Tamper(ctx, js, stream); err != nil {
+				res.Err = fmt.Errorf("tamper: %w", err)
+			}
+		}
+		// The last checkpoint samples and anything published at shutdown.
+		if err := collect(); err != nil && res.Err == nil {
+			res.Err = err
+		}
+		rep = history.Check(h)
+	}
+	h.Ended = time.Now()
+	res.Report = rep
+	res.Faults = h.Faults
+	res.Restarts, res.Crashes = r.proc.counts()
+	for _, w := range h.Writes {
+		if w.Acked() {
+			res.Writes++
+		}
+	}
+	if len(res.Faults)+res.Crashes < s.MinFaults && res.Err == nil {
+		res.Err = fmt.Errorf("only %d faults injected (%d failpoint crashes), want at least %d", len(res.Faults), res.Crashes, s.MinFaults)
+	}
+	if !res.OK() && e.ArtifactDir != "" {
+		keepDir = true
+		_ = os.MkdirAll(e.ArtifactDir, 0o755)
+		res.HistoryFile = filepath.Join(e.ArtifactDir, fmt.Sprintf("history-%s.json", tag))
+		if err := h.Save(res.HistoryFile); err != nil {
+			res.HistoryFile = "(not saved: " + err.Error() + ")"
+		}
+		res.RelaydLogDir = dir
+	}
+	return res
+}
+
+// rewriteServer points the kubeconfig's cluster at host (a proxy).
+func rewriteServer(path, host string) error {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return err
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = host
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// waitCheckpoint waits until the checkpoint ConfigMap has every key.
+func waitCheckpoint(ctx context.Context, cs kubernetes.Interface, ns string, keys ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "cp", metav1.GetOptions{})
+		missing := ""
+		for _, k := range keys {
+			if err != nil || cm.Data[k] == "" {
+				missing = k
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		if !Sleep(ctx, 100*time.Millisecond) {
+			return fmt.Errorf("relayd wrote no checkpoint for %s within 60s (last error: %v)", missing, err)
+		}
+	}
+}
