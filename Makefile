@@ -94,6 +94,25 @@ lint: vet ## gofmt check, go vet, staticcheck.
 test: testenv-bins kustomize-bin prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 
+# `make chaos` (docs/RELIABILITY.md): the fault-injection matrix of
+# test/chaos — kill -9 at random and at failpoints, SIGSTOP, apiserver
+# restart, 410 by compaction, NATS restart, full stream, TCP proxy faults —
+# run over and over with new seeds until CHAOS_BUDGET is spent. Every run's
+# history is checked; failed runs leave it as JSON in CHAOS_ARTIFACTS.
+# The short version (each scenario once) runs inside `make test`.
+CHAOS_BUDGET    ?= 20m
+CHAOS_TABLE     ?= $(CURDIR)/.cache/chaos/results.md
+CHAOS_ARTIFACTS ?= $(CURDIR)/.cache/chaos/artifacts
+CHAOS_FLAGS     ?=
+
+.PHONY: chaos
+chaos: testenv-bins ## Fault-injection matrix for CHAOS_BUDGET (default 20m); results table in CHAOS_TABLE, failed histories in CHAOS_ARTIFACTS.
+	@mkdir -p $(dir $(CHAOS_TABLE)) $(CHAOS_ARTIFACTS)
+	$(GO) test -count=1 -timeout 0 -v -run '^TestChaos$$' ./test/chaos \
+		-chaos.budget=$(CHAOS_BUDGET) -chaos.table=$(CHAOS_TABLE) -chaos.artifacts=$(CHAOS_ARTIFACTS) $(CHAOS_FLAGS) \
+		| grep -E '^(=== RUN|--- |    chaos_test|        \||PASS|FAIL|ok)' ; exit $${PIPESTATUS[0]}
+	@echo "results: $(CHAOS_TABLE)"
+
 .PHONY: clean
 clean: ## Remove build output (keeps the test-server cache; `make distclean` removes it).
 	rm -rf $(BIN)
