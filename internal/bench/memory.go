@@ -127,9 +127,12 @@ func newCMTemplate(raw []byte) (*cmTemplate, error) {
 		rv: []byte(`"resourceVersion":` + strconv.Quote(o.Meta.ResourceVersion))}, nil
 }
 
+// frame is object i at rv. Its uid is an RFC 4122 UUID, as the apiserver
+// makes them: relayd's index keeps a UUID in 16 bytes, and any other uid
+// as the string (which would keep the whole parsed metadata alive).
 func (t *cmTemplate) frame(typ string, i int, rv int64) []byte {
 	b := bytes.Replace(t.raw, t.name, fmt.Appendf(nil, `"cm-%07d"`, i), 1)
-	b = bytes.Replace(b, t.uid, fmt.Appendf(nil, `"bench000-0000-4000-8000-%012d"`, i), 1)
+	b = bytes.Replace(b, t.uid, fmt.Appendf(nil, `"be0c0000-0000-4000-8000-%012d"`, i), 1)
 	b = bytes.Replace(b, t.rv, fmt.Appendf(nil, `"resourceVersion":"%d"`, rv), 1)
 	return fmt.Appendf(nil, `{"type":%q,"object":%s}`, typ, b)
 }

@@ -520,9 +520,8 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 	defer body.Close()
 	w.o.OnState(true)
 
-	dec := json.NewDecoder(body)
+	frames := newFrameReader(body)
 	var (
-		frame  json.RawMessage
 		origin = event.OriginWatch
 		n      int64
 	)
@@ -530,8 +529,8 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 		origin = w.listing.origin
 	}
 	for {
-		frame = frame[:0]
-		if err := dec.Decode(&frame); err != nil {
+		frame, err := frames.Next()
+		if err != nil {
 			if cause := context.Cause(ctx); errors.Is(cause, errIdle) {
 				return errIdle
 			}

@@ -1,0 +1,144 @@
+package source
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func readFrames(t *testing.T, r io.Reader) ([]string, error) {
+	t.Helper()
+	f := newFrameReader(r)
+	var out []string
+	for {
+		b, err := f.Next()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, string(b))
+	}
+}
+
+func TestFrameReaderSplitsLikeJSONDecoder(t *testing.T) {
+	big := `{"type":"ADDED","object":{"data":{"k":"` + strings.Repeat(`x\"}{][`, 40000) + `"}}}`
+	frames := []string{
+		`{"type":"ADDED","object":{"metadata":{"name":"a\"}","resourceVersion":"1"}}}`,
+		`{"type":"MODIFIED","object":{"s":"\\","t":"\\\\\"","a":[{"b":[]},"]"]}}`,
+		`{}`,
+		big,
+		`{"type":"DELETED","object":{"u":"\u00e9 ü {"}}`,
+	}
+	stream := " \n" + frames[0] + "\n" + frames[1] + frames[2] + "\r\n\t" + frames[3] + "\n" + frames[4] + "\n\n"
+	// The reference: encoding/json's decoder, as the watcher used before.
+	var want []string
+	dec := json.NewDecoder(strings.NewReader(stream))
+	for {
+		var m json.RawMessage
+		if err := dec.Decode(&m); err != nil {
+			break
+		}
+		want = append(want, string(m))
+	}
+	for name, r := range map[string]io.Reader{
+		"whole":    strings.NewReader(stream),
+		"one byte": iotest.OneByteReader(strings.NewReader(stream)),
+		"half":     iotest.HalfReader(strings.NewReader(stream)),
+	} {
+		got, err := readFrames(t, r)
+		if err != io.EOF {
+			t.Fatalf("%s: err %v, want io.EOF", name, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d frames, want %d", name, len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] || got[i] != frames[i] {
+				t.Errorf("%s: frame %d = %.80q…, want %.80q…", name, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+func TestFrameReaderErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, stream string
+		frames       int
+		err          error
+		msg          string
+	}{
+		{"empty", "", 0, io.EOF, ""},
+		{"truncated", `{"type":"ADDED"}` + "\n" + `{"type":"MODIFIED","object":{"metadata":{"name":"b","resourceVer`, 1, io.ErrUnexpectedEOF, ""},
+		{"truncated in a string", `{"a":"\"`, 0, io.ErrUnexpectedEOF, ""},
+		{"non-JSON", "<html>502 Bad Gateway</html>\n", 0, nil, "invalid character '<' looking for beginning of value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readFrames(t, iotest.HalfReader(strings.NewReader(tc.stream)))
+			if len(got) != tc.frames {
+				t.Errorf("%d frames before the error, want %d", len(got), tc.frames)
+			}
+			if tc.err != nil && !errors.Is(err, tc.err) {
+				t.Errorf("err %v, want %v", err, tc.err)
+			}
+			if tc.msg != "" && (err == nil || err.Error() != tc.msg) {
+				t.Errorf("err %v, want %q", err, tc.msg)
+			}
+		})
+	}
+	// A read error is returned after the frames read before it.
+	boom := errors.New("connection reset")
+	r := io.MultiReader(strings.NewReader(`{"a":1}`+"\n"), iotest.ErrReader(boom))
+	got, err := readFrames(t, r)
+	if len(got) != 1 || !errors.Is(err, boom) {
+		t.Errorf("frames %q, err %v; want one frame, then %v", got, err, boom)
+	}
+}
+
+// benchStream is 64 watch frames of the realistic pod of pkg/event's
+// benchmarks (~8 KB, managedFields included).
+func benchStream(b *testing.B) string {
+	pod, err := os.ReadFile("../event/testdata/pod.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, pod); err != nil {
+		b.Fatal(err)
+	}
+	return strings.Repeat(`{"type":"MODIFIED","object":`+c.String()+"}\n", 64)
+}
+
+func BenchmarkFrameReader(b *testing.B) {
+	stream := benchStream(b)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for b.Loop() {
+		f := newFrameReader(strings.NewReader(stream))
+		for {
+			if _, err := f.Next(); err != nil {
+				break
+			}
+		}
+	}
+}
+
+// BenchmarkJSONDecoderFrames is what the watcher did before frameReader.
+func BenchmarkJSONDecoderFrames(b *testing.B) {
+	stream := benchStream(b)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for b.Loop() {
+		dec := json.NewDecoder(strings.NewReader(stream))
+		var m json.RawMessage
+		for {
+			m = m[:0]
+			if err := dec.Decode(&m); err != nil {
+				break
+			}
+		}
+	}
+}
