@@ -110,7 +110,7 @@ chaos: testenv-bins ## Fault-injection matrix for CHAOS_BUDGET (default 20m); re
 	@mkdir -p $(dir $(CHAOS_TABLE)) $(CHAOS_ARTIFACTS)
 	$(GO) test -count=1 -timeout 0 -v -run '^TestChaos$$' ./test/chaos \
 		-chaos.budget=$(CHAOS_BUDGET) -chaos.table=$(CHAOS_TABLE) -chaos.artifacts=$(CHAOS_ARTIFACTS) $(CHAOS_FLAGS) \
-		| grep -E '^(=== RUN|--- |    chaos_test|        \||PASS|FAIL|ok)' ; exit $${PIPESTATUS[0]}
+		| grep --line-buffered -E '^(=== RUN|--- |    chaos_test|        \||PASS|FAIL|ok)' ; exit $${PIPESTATUS[0]}
 	@echo "results: $(CHAOS_TABLE)"
 
 .PHONY: clean
