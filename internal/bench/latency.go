@@ -56,11 +56,16 @@ type LatencyResult struct {
 	WriteToRecv Percentiles // writer's API response → message received by a JetStream consumer
 	// RecvFirst counts messages received before the writer's client had
 	// its API response (a negative WriteToRecv).
-	RecvFirst     int
-	CheckpointPS  float64 // checkpoint writes per second under load
-	IdleWrites    float64 // checkpoint writes while idle
-	IdleSeconds   float64
-	FlushInterval string
+	RecvFirst    int
+	CheckpointPS float64 // checkpoint writes per second under load
+	// RunQueueWait is how long relayd's threads waited for a CPU in the
+	// kernel's run queue while the load ran, per event; RunPerEvent the CPU
+	// they ran. A wait of the order of the latency tail says the tail is the
+	// machine's CPU contention, not relayd.
+	RunQueueWait, RunPerEvent time.Duration
+	IdleWrites                float64 // checkpoint writes while idle
+	IdleSeconds               float64
+	FlushInterval             string
 }
 
 type received struct {
@@ -160,6 +165,10 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	s0, err := r.Sched()
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	var werr error
@@ -190,6 +199,10 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 	close(ticks)
 	wg.Wait()
 	elapsed := time.Since(start)
+	s1, err := r.Sched()
+	if err != nil {
+		return nil, err
+	}
 	m1, err := Scrape(ctx, r.metrics)
 	if err != nil {
 		return nil, err
@@ -232,15 +245,19 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 		}
 	}
 	mu.Unlock()
+	if res.Writes > 0 {
+		res.RunQueueWait = (s1.Wait - s0.Wait) / time.Duration(res.Writes)
+		res.RunPerEvent = (s1.Run - s0.Run) / time.Duration(res.Writes)
+	}
 	res.ReadToAck = percentiles(readToAck)
 	res.WriteToRecv = percentiles(writeToRecv)
 	lagMatch := map[string]string{"source": "pods"}
 	res.ReadToAck.HistP50 = HistogramQuantile(.5, "relayd_publish_lag_seconds", lagMatch, m0, m1)
 	res.ReadToAck.HistP99 = HistogramQuantile(.99, "relayd_publish_lag_seconds", lagMatch, m0, m1)
 	res.CheckpointPS = (m1.Sum("relayd_checkpoint_writes_total", nil) - m0.Sum("relayd_checkpoint_writes_total", nil)) / elapsed.Seconds()
-	h.logf("bench: latency: %d writes at %.0f/s: read→PubAck p50 %s p99 %s p99.9 %s; write→received p50 %s p99 %s; checkpoint writes %.3f/s",
+	h.logf("bench: latency: %d writes at %.0f/s: read→PubAck p50 %s p99 %s p99.9 %s; write→received p50 %s p99 %s; checkpoint writes %.3f/s; per event relayd ran %v and waited %v for a CPU",
 		res.Writes, res.Rate, ms(res.ReadToAck.P50), ms(res.ReadToAck.P99), ms(res.ReadToAck.P999),
-		ms(res.WriteToRecv.P50), ms(res.WriteToRecv.P99), res.CheckpointPS)
+		ms(res.WriteToRecv.P50), ms(res.WriteToRecv.P99), res.CheckpointPS, res.RunPerEvent, res.RunQueueWait)
 
 	// Idle: after the last flush of the load (one flush interval), nothing
 	// changes; count writes over IdleFor.

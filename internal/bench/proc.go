@@ -210,3 +210,40 @@ func freeAddr() (string, error) {
 	defer l.Close()
 	return l.Addr().String(), nil
 }
+
+// SchedStat is the CPU time of every thread of a process and how long they
+// waited in the kernel's run queue for a CPU (/proc/<pid>/task/*/schedstat).
+type SchedStat struct {
+	Run, Wait time.Duration
+	Slices    int64
+}
+
+// Sched sums the child's threads' schedstat.
+func (c *Child) Sched() (SchedStat, error) {
+	return procSched(c.Pid())
+}
+
+func procSched(pid int) (SchedStat, error) {
+	var s SchedStat
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return s, err
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 3 {
+			continue
+		}
+		run, _ := strconv.ParseInt(f[0], 10, 64)
+		wait, _ := strconv.ParseInt(f[1], 10, 64)
+		n, _ := strconv.ParseInt(f[2], 10, 64)
+		s.Run += time.Duration(run)
+		s.Wait += time.Duration(wait)
+		s.Slices += n
+	}
+	return s, nil
+}

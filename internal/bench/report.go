@@ -186,6 +186,8 @@ func (r *Report) Markdown(w io.Writer) {
 		p("| writer's API response → message received | %d | %s | %s | %s | %s |\n\n", l.WriteToRecv.N, ms(l.WriteToRecv.P50), ms(l.WriteToRecv.P99), ms(l.WriteToRecv.P999), ms(l.WriteToRecv.Max))
 		p("%d of %d messages (%.0f%%) reached the JetStream consumer before the writer's client had read its API response (negative figures).\n\n",
 			l.RecvFirst, l.WriteToRecv.N, 100*float64(l.RecvFirst)/float64(max(l.WriteToRecv.N, 1)))
+		p("Per event, relayd's threads ran %v on a CPU and waited %v in the kernel's run queue for one (/proc/<pid>/task/*/schedstat over the load).\n\n",
+			l.RunPerEvent.Round(time.Microsecond), l.RunQueueWait.Round(time.Microsecond))
 	}
 	if mm := r.Memory; mm != nil {
 		p("#### 3. Memory (replayed ConfigMaps; %d MODIFIED events after the list)\n\n", mm.Churn)
