@@ -265,6 +265,13 @@ func (r *relay) runOnce(ctx context.Context, w *watch) (err error) {
 		st.Epoch = w.epochFloor
 	}
 	err = w.watcher.Run(ctx, st, func(ctx context.Context, it *source.Item) error { return r.handle(ctx, w, it) })
+	if err != nil && ctx.Err() == nil {
+		// The handler may have indexed an item it then could not submit
+		// (its watch's context ended meanwhile); the watcher reads that
+		// item again. Reload the index from the bucket (once the pipeline
+		// drained) so that the replay writes its index entry too.
+		w.ixLoaded = false
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		// Not found may mean a deleted CRD: resolve again next time.
 		w.resolved = false

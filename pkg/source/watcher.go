@@ -566,15 +566,18 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 				// An object without a resourceVersion (no conforming apiserver
 				// sends one) must not move the position to "": the next
 				// watch would start from now and skip changes.
-				if rv := o.Meta.ResourceVersion; rv != "" {
-					it.ResourceVersion = rv
-					w.setRV(rv)
-				}
+				it.ResourceVersion = o.Meta.ResourceVersion
 				w.lastEvent.Set(float64(readAt.UnixNano()) / 1e9)
 			}
 			idle.Stop()
 			if err := h(ctx, it); err != nil {
 				return handlerError{err}
+			}
+			// The position moves only once the handler took the item: if it
+			// failed (e.g. its context ended while submitting), the resumed
+			// watch must read this change again, not start after it.
+			if it.ResourceVersion != "" {
+				w.setRV(it.ResourceVersion)
 			}
 			idle.Reset(w.o.IdleTimeout)
 		case "BOOKMARK":
@@ -588,10 +591,10 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 			} else if !streamList && rv != "" {
 				w.bookmarks.Inc()
 				w.lastBookmark.Set(float64(readAt.UnixNano()) / 1e9)
-				w.setRV(rv)
 				if err := h(ctx, &Item{Kind: ItemBookmark, ResourceVersion: rv, Epoch: w.epoch, ReadAt: readAt}); err != nil {
 					return handlerError{err}
 				}
+				w.setRV(rv)
 			}
 			idle.Reset(w.o.IdleTimeout)
 		case "ERROR":
