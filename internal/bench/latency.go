@@ -172,7 +172,7 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	var werr error
-	for range 64 {
+	for range 16 {
 		wg.Go(func() {
 			for i := range ticks {
 				p := pods[i%objects]

@@ -59,7 +59,7 @@ func run(args []string) int {
 		crdEvents = fs.Int("crd-events", 20000, "custom-resource (Widget) watch events to record and replay")
 		repeat    = fs.Int("repeat", 3, "repetitions of each capacity and recovery measurement")
 		scenarios = fs.String("scenarios", "capacity,latency,memory,recovery", "scenarios to run")
-		rate      = fs.Int("latency-rate", 200, "writes per second in the latency scenario")
+		rate      = fs.Int("latency-rate", 100, "writes per second in the latency scenario (open loop, 16 writers)")
 		latDur    = fs.Duration("latency-duration", 30*time.Second, "duration of the latency scenario's load")
 		idle      = fs.Duration("idle", 60*time.Second, "how long to watch an idle relayd for checkpoint writes")
 		memSizes  = fs.String("memory-objects", "10000,50000,100000", "object counts of the memory scenario")
