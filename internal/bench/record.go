@@ -74,7 +74,12 @@ type Recording struct {
 }
 
 // Stream returns the stream called name, or nil.
-func (r *Recording) Stream(name string) *Stream { return r.byName[name] }
+func (r *Recording) Stream(name string) *Stream {
+	if r == nil {
+		return nil
+	}
+	return r.byName[name]
+}
 
 // RecordOptions sizes a recording.
 type RecordOptions struct {

@@ -168,6 +168,9 @@ func (r *Report) Markdown(w io.Writer) {
 		p("| stream | consumer | events | avg frame | events per CPU-second | CPU per event | events/s (wall) | relayd ÷ this |\n|---|---|---|---|---|---|---|---|\n")
 		for _, s := range c.Summaries {
 			st := r.Recording.Stream(s.Stream)
+			if st == nil {
+				st = &Stream{Events: 1}
+			}
 			ratio := "–"
 			if s.Consumer != ModeRelayd {
 				ratio = fmt.Sprintf("**%.2f×**", c.Ratio(s.Stream, s.Consumer))

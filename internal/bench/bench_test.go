@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// podFrames makes n watch frames of pkg/event's realistic pod, each with
+// its own resourceVersion.
+func podFrames(t *testing.T, n int) [][]byte {
+	t.Helper()
+	raw, err := os.ReadFile("../../pkg/event/testdata/pod.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod map[string]any
+	if err := json.Unmarshal(raw, &pod); err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for i := range n {
+		pod["metadata"].(map[string]any)["resourceVersion"] = fmt.Sprint(1000 + i)
+		b, err := json.Marshal(map[string]any{"type": "MODIFIED", "object": pod})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// The replay server speaks enough of the apiserver for client-go: a dynamic
+// and a typed watch get every recorded frame, once, and the checkpoint
+// ConfigMap can be created (protobuf, client-go's default), read and
+// updated.
+func TestReplayServerServesClientGo(t *testing.T) {
+	const n = 50
+	srv := NewServer(&Replay{Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true, ListRV: "999", Watch: podFrames(t, n)})
+	defer srv.Close()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := srv.WriteKubeconfig(kc); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Watch(t.Context(), metav1.ListOptions{ResourceVersion: "999"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rvs []string
+	for len(rvs) < n {
+		ev := <-w.ResultChan()
+		if ev.Type != watch.Modified {
+			t.Fatalf("event %d: %s %v", len(rvs), ev.Type, ev.Object)
+		}
+		o, err := metaOf(ev.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rvs = append(rvs, o)
+	}
+	w.Stop()
+	if rvs[0] != "1000" || rvs[n-1] != fmt.Sprint(1000+n-1) {
+		t.Errorf("resourceVersions %s … %s, want 1000 … %d", rvs[0], rvs[n-1], 1000+n-1)
+	}
+	if srv.WatchSent.Load() == 0 || srv.Watches.Load() != 1 {
+		t.Errorf("watches %d, sent %d", srv.Watches.Load(), srv.WatchSent.Load())
+	}
+
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "relayd-checkpoint"}, Data: map[string]string{"a": "1"}}
+	got, err := cs.CoreV1().ConfigMaps("relayd").Create(t.Context(), cm, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Data["a"] = "2"
+	if _, err := cs.CoreV1().ConfigMaps("relayd").Update(t.Context(), got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := cs.CoreV1().ConfigMaps("relayd").Get(t.Context(), "relayd-checkpoint", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Data["a"] != "2" || srv.CheckpointWrites.Load() != 1 {
+		t.Errorf("ConfigMap data %v, %d writes; want a=2 and 1 write", again.Data, srv.CheckpointWrites.Load())
+	}
+}
+
+func metaOf(o any) (string, error) {
+	type rv interface{ GetResourceVersion() string }
+	m, ok := o.(rv)
+	if !ok {
+		return "", fmt.Errorf("%T has no resourceVersion", o)
+	}
+	return m.GetResourceVersion(), nil
+}
+
+// The report states every goal with its margin when it is missed.
+func TestReportGoals(t *testing.T) {
+	r := &Report{
+		Capacity: &CapacityResult{Summaries: []CapacitySummary{
+			{Stream: "pods", Consumer: ModeRelayd, PerCPUSecond: 3000},
+			{Stream: "pods", Consumer: ModeDynamic, PerCPUSecond: 2000},
+			{Stream: "pods", Consumer: ModeTyped, PerCPUSecond: 1000},
+		}},
+		Latency: &LatencyResult{ReadToAck: Percentiles{P50: 0.0005, P99: 0.010}, CheckpointPS: 0.2, IdleSeconds: 60},
+	}
+	byWhat := map[string]Goal{}
+	for _, g := range r.Goals() {
+		byWhat[g.What] = g
+	}
+	check := func(prefix string, met bool, miss string) {
+		t.Helper()
+		for what, g := range byWhat {
+			if strings.HasPrefix(what, prefix) {
+				if g.Met != met || !strings.Contains(g.Miss, miss) {
+					t.Errorf("%s: met %v, miss %q; want met %v, miss containing %q", what, g.Met, g.Miss, met, miss)
+				}
+				return
+			}
+		}
+		t.Errorf("no goal %q in %v", prefix, byWhat)
+	}
+	check("capacity: relayd ÷ dynamic consumer, pods", false, "25% short")
+	check("capacity: relayd ÷ typed consumer, pods", true, "")
+	check("latency: watch read → PubAck p50", true, "")
+	check("latency: watch read → PubAck p99", false, "2.00× the goal")
+	check("checkpoint writes under load", true, "")
+	check("checkpoint writes when idle", true, "")
+	var md bytes.Buffer
+	r.Markdown(&md)
+	if !strings.Contains(md.String(), "**no**: 25% short") {
+		t.Errorf("report does not say by how much a goal is missed:\n%s", md.String())
+	}
+}
+
+func TestPercentilesAndHistogramQuantile(t *testing.T) {
+	var xs []float64
+	for i := 1; i <= 1000; i++ {
+		xs = append(xs, float64(i))
+	}
+	p := percentiles(xs)
+	if p.P50 != 500 || p.P99 != 990 || p.P999 != 999 || p.Max != 1000 {
+		t.Errorf("percentiles %+v", p)
+	}
+	after := Samples{
+		{Name: "lag_bucket", Labels: map[string]string{"le": "0.001"}, Value: 50},
+		{Name: "lag_bucket", Labels: map[string]string{"le": "0.01"}, Value: 100},
+		{Name: "lag_bucket", Labels: map[string]string{"le": "+Inf"}, Value: 100},
+	}
+	if q := HistogramQuantile(0.5, "lag", nil, nil, after); q != 0.001 {
+		t.Errorf("p50 %v, want 0.001", q)
+	}
+	if q := HistogramQuantile(0.75, "lag", nil, nil, after); q < 0.0055-1e-9 || q > 0.0055+1e-9 {
+		t.Errorf("p75 %v, want 0.0055 (interpolated)", q)
+	}
+	if s, ok := parseSample(`relayd_publish_lag_seconds_bucket{source="a\"b",le="0.005"} 42`); !ok || s.Labels["source"] != `a"b` || s.Value != 42 {
+		t.Errorf("parseSample: %+v %v", s, ok)
+	}
+}
