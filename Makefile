@@ -71,7 +71,7 @@ BENCH_TIME        ?= 500ms
 BENCHFLAGS        ?=
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 .PHONY: bench
-bench: testenv-bins build ## Measure relayd next to client-go consumers (capacity, latency, memory, checkpoints, recovery) and the hot-path micro-benchmarks; see docs/PERFORMANCE.md (~20 min on 2 cores).
+bench: testenv-bins build ## Measure relayd next to client-go consumers (capacity, latency, memory, checkpoints, recovery) and the hot-path micro-benchmarks; see docs/PERFORMANCE.md (~10 min on 2 cores; the first run also records the watch streams, ~5 min).
 	@mkdir -p $(BENCH_DIR)
 	@if [ -s $(BENCH_DIR)/micro.txt ]; then mv $(BENCH_DIR)/micro.txt $(BENCH_DIR)/micro-prev.txt; fi
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) ./pkg/event ./pkg/index ./pkg/source > $(BENCH_DIR)/micro.txt
