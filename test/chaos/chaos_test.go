@@ -196,14 +196,14 @@ func faultKinds(r scenario.Result) map[string]int {
 func Table(results []scenario.Result) string {
 	type row struct {
 		runs, events, objs, faults, lost, dups, covered, gapDel, failed int
-		kinds                                                           map[string]int
+		kinds, checks                                                   map[string]int
 	}
 	rows := map[string]*row{}
 	var order []string
 	for _, r := range results {
 		x := rows[r.Scenario]
 		if x == nil {
-			x = &row{kinds: map[string]int{}}
+			x = &row{kinds: map[string]int{}, checks: map[string]int{}}
 			rows[r.Scenario] = x
 			order = append(order, r.Scenario)
 		}
@@ -218,12 +218,20 @@ func Table(results []scenario.Result) string {
 			x.kinds[k] += n
 			x.faults += n
 		}
+		for _, f := range r.Report.Failures {
+			if f.Check != "lost" {
+				x.checks[f.Check]++
+			}
+		}
+		if r.Err != nil {
+			x.checks["run error"]++
+		}
 		if !r.OK() {
 			x.failed++
 		}
 	}
 	var b strings.Builder
-	b.WriteString("| scenario | runs | events (reference) | object messages | faults injected | lost | covered by resync | gap deletes reported | duplicates on stream | outcome |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario | runs | events (reference) | object messages | faults injected | lost | other failures | covered by resync | gap deletes reported | duplicates on stream | outcome |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, name := range order {
 		x := rows[name]
 		var ks []string
@@ -235,7 +243,16 @@ func Table(results []scenario.Result) string {
 		if x.failed > 0 {
 			outcome = fmt.Sprintf("**FAIL** (%d of %d runs)", x.failed, x.runs)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d (%s) | %d | %d | %d | %d | %s |\n", name, x.runs, x.events, x.objs, x.faults, strings.Join(ks, ", "), x.lost, x.covered, x.gapDel, x.dups, outcome)
+		var cs []string
+		for k, n := range x.checks {
+			cs = append(cs, fmt.Sprintf("%s×%d", k, n))
+		}
+		sort.Strings(cs)
+		other := "0"
+		if len(cs) > 0 {
+			other = strings.Join(cs, ", ")
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d (%s) | %d | %s | %d | %d | %d | %s |\n", name, x.runs, x.events, x.objs, x.faults, strings.Join(ks, ", "), x.lost, other, x.covered, x.gapDel, x.dups, outcome)
 	}
 	return b.String()
 }
