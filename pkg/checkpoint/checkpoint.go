@@ -60,6 +60,10 @@ type Position struct {
 	// write up to it was acked into that bucket generation. Absent in
 	// checkpoints written before relayd kept an index.
 	Index *IndexRef `json:"index,omitempty"`
+	// StreamSeq is an event-stream sequence at or before every message
+	// published after this position (0: unknown): at start relayd reads the
+	// stream from there to bring its object index up to date.
+	StreamSeq uint64 `json:"streamSeq,omitempty"`
 }
 
 // IndexRef names a generation of the index bucket and a stream sequence the

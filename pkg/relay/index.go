@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,6 +129,13 @@ func (r *relay) loadIndex(ctx context.Context, w *watch) (relist string, err err
 		if w.epochFloor, err = b.Epoch(ctx, w.ixPrefix); err != nil {
 			return "", err
 		}
+		from := uint64(0)
+		if hasCP && relist != metrics.ReasonIndexLost {
+			from = pos.StreamSeq
+		}
+		if err := r.catchUpIndex(ctx, w, from); err != nil {
+			return "", fmt.Errorf("catching the index up with stream %q: %w", r.cfg.NATS.Stream.Name, err)
+		}
 	}
 	w.log.Info("object index loaded", zap.Int("objects", n), zap.String("bucket", b.Name()), zap.String("relist", relist))
 	return relist, nil
@@ -136,7 +145,107 @@ func (r *relay) loadIndex(ctx context.Context, w *watch) (relist string, err err
 // position with the index generation it matches.
 func (r *relay) advance(w *watch, a sink.Advance) {
 	ref := &checkpoint.IndexRef{Generation: w.ixGen, Seq: max(a.IndexSeq, w.ixSeqFloor)}
-	r.store.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref}, a.BookmarkOnly)
+	seq := a.StreamSeq
+	if seq == 0 {
+		// Not known yet: an earlier bound still holds (it is only less tight).
+		if pos, ok := r.store.Get(w.key); ok {
+			seq = pos.StreamSeq
+		}
+	}
+	r.store.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref, StreamSeq: seq}, a.BookmarkOnly)
+}
+
+// catchUpIndex brings w's index up to what the event stream holds. An
+// index entry is written after its event's PubAck, so a crash between the
+// two leaves the bucket behind the stream. A watch that resumes from its
+// checkpoint replays those changes and rewrites their entries, but one whose
+// position has expired (410) relists instead and would compare the list
+// with the stale entries: a delete of an object whose last version never
+// reached the bucket would go unreported, or be reported with an older
+// resourceVersion than one already published. So, before anything else,
+// every message of this watch on the stream from the checkpoint's stream
+// sequence on is applied to the index, in stream order (per object that is
+// publish order), and each correction is written to the bucket.
+//
+// It also seeds the pipeline with the stream's last sequence, so that the
+// positions it reports carry a stream sequence from the start.
+func (r *relay) catchUpIndex(ctx context.Context, w *watch, from uint64) error {
+	stream, err := r.js.Stream(ctx, r.cfg.NATS.Stream.Name)
+	if err != nil {
+		return err
+	}
+	last := stream.CachedInfo().State.LastSeq
+	w.pipe.SeedStreamSeq(last)
+	if from == 0 || from > last {
+		return nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
+	})
+	if err != nil {
+		return err
+	}
+	b := r.bucket.Load()
+	read, fixed := 0, 0
+	for next := from; next <= last; {
+		// Ask for no more than the range holds: a pull waits until its
+		// batch is full or it expires.
+		batch, err := cons.Fetch(int(min(500, last-next+1)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			next = md.Sequence.Stream + 1
+			if md.Sequence.Stream > last {
+				break
+			}
+			read++
+			env, err := event.DecodeMessage(m.Headers(), m.Data())
+			if err != nil || env.RelaydSource != w.src.Name || env.K8sUID == "" ||
+				(w.namespace != "" && env.K8sNamespace != w.namespace) {
+				continue // not an object event of this watch
+			}
+			o := index.Object{UID: env.K8sUID, Namespace: env.K8sNamespace, Name: env.K8sName, ResourceVersion: env.K8sResourceVersion}
+			cur, known := w.idx.Get(o.UID)
+			var msg *event.Message
+			switch {
+			case strings.HasSuffix(env.Type, ".object."+string(event.Deleted)):
+				if known {
+					w.idx.Delete(o.UID)
+					msg = b.DeleteMsg(w.ixPrefix, o.UID)
+				}
+			case !known || cur != o:
+				w.idx.Put(o)
+				msg = b.PutMsg(w.ixPrefix, o)
+			}
+			if msg != nil {
+				fixed++
+				if err := w.pipe.Submit(ctx, sink.Entry{Index: msg, ObjectKey: o.UID}); err != nil {
+					return err
+				}
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+		if n == 0 {
+			break // the rest of the range is gone (stream limits)
+		}
+	}
+	w.setTracked(w.idx.Len())
+	if fixed > 0 {
+		w.log.Warn("the object index was behind the stream (relayd stopped between a PubAck and its index write); caught up from the stream",
+			zap.Uint64("fromStreamSeq", from), zap.Uint64("toStreamSeq", last), zap.Int("messagesRead", read), zap.Int("entriesFixed", fixed))
+	} else {
+		w.log.Debug("object index matches the stream", zap.Uint64("fromStreamSeq", from), zap.Uint64("toStreamSeq", last), zap.Int("messagesRead", read))
+	}
+	return nil
 }
 
 // syncDeleted publishes a delete (origin resync, final state unknown) for

@@ -93,6 +93,11 @@ type Advance struct {
 	// IndexSeq is the highest stream sequence of an acknowledged index write
 	// of this pipeline (0 if none yet).
 	IndexSeq uint64
+	// StreamSeq is a sequence of the event stream at or before every event
+	// message of the entries after this position (0: not known): a restart
+	// that finds the index behind the stream (index writes follow the
+	// PubAck) reads the stream from here to catch it up.
+	StreamSeq uint64
 }
 
 // Entry is one unit submitted to a pipeline, in watch order.
@@ -129,6 +134,7 @@ type pending struct {
 	future   jetstream.PubAckFuture // of the first message (Msg, else Index); nil if its publish failed synchronously
 	ixFuture jetstream.PubAckFuture // of Index when it follows Msg
 	done     chan struct{}          // closed when done (releases the object gate)
+	fromSeq  uint64                 // every copy of Msg, and of later entries' messages, is stored at or after this event-stream sequence (0: unknown)
 }
 
 // Pipeline is the publish window of one watch. Submit is called from the
@@ -147,6 +153,7 @@ type Pipeline struct {
 	lastRV   string
 	lastEp   uint64
 	ixSeq    uint64 // highest acked index write sequence
+	evSeq    uint64 // highest event-stream sequence acked (or seeded): later publishes are stored after it
 	unacked  int    // published, not yet acked (for the in-flight gauge on Close)
 
 	// Metric children resolved once, not per event.
@@ -210,6 +217,11 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	p.mu.Lock()
+	if p.evSeq > 0 {
+		pe.fromSeq = p.evSeq + 1
+	}
+	p.mu.Unlock()
 	if first != nil {
 		pe.done = make(chan struct{})
 		if e.ObjectKey != "" {
@@ -358,7 +370,7 @@ func (p *Pipeline) run2(ctx context.Context) {
 		p.mu.Unlock()
 		failpoint.Inject(failpoint.SinkAfterAck)
 		if advance && p.onAdvance != nil {
-			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly, IndexSeq: ixSeq})
+			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly, IndexSeq: ixSeq, StreamSeq: pe.fromSeq})
 			bookmarkOnly = true
 		}
 		<-p.slots
@@ -366,6 +378,9 @@ func (p *Pipeline) run2(ctx context.Context) {
 }
 
 func (p *Pipeline) eventAcked(pe *pending, ack *jetstream.PubAck) {
+	p.mu.Lock()
+	p.evSeq = max(p.evSeq, ack.Sequence)
+	p.mu.Unlock()
 	if ack.Duplicate {
 		p.dups.Inc()
 	}
@@ -426,6 +441,15 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.Pub
 		}
 		*f = nf
 	}
+}
+
+// SeedStreamSeq tells the pipeline that the event stream's last sequence
+// is at least seq, so that positions carry a StreamSeq before the first
+// PubAck of this pipeline.
+func (p *Pipeline) SeedStreamSeq(seq uint64) {
+	p.mu.Lock()
+	p.evSeq = max(p.evSeq, seq)
+	p.mu.Unlock()
 }
 
 // Watermark is the newest acknowledged position.

@@ -68,7 +68,6 @@ var Catalog = []Scenario{
 	// relists again, from the same position.
 	{
 		Name: "fp-crash-after-resync", NoWatchCache: true, Failpoints: "checkpoint-before-write=kill,n=1", MinFaults: 3,
-		LongOnly: "fails on an open relayd bug (docs/RELIABILITY.md, 'Found'): the object index lags the stream after a kill -9, and a relist after 410 compares with the stale index",
 		Faults: func(ctx context.Context, r *Run) {
 			for quiet(ctx, r) {
 				r.Down(ctx, r.Between(time.Second, 2*time.Second), func() {
