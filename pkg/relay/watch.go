@@ -264,12 +264,18 @@ func (r *relay) runOnce(ctx context.Context, w *watch) (err error) {
 	} else {
 		st.Epoch = w.epochFloor
 	}
-	err = w.watcher.Run(ctx, st, func(ctx context.Context, it *source.Item) error { return r.handle(ctx, w, it) })
-	if err != nil && ctx.Err() == nil {
+	handlerFailed := false
+	err = w.watcher.Run(ctx, st, func(ctx context.Context, it *source.Item) error {
+		err := r.handle(ctx, w, it)
+		handlerFailed = handlerFailed || err != nil
+		return err
+	})
+	if handlerFailed && ctx.Err() == nil {
 		// The handler may have indexed an item it then could not submit
 		// (its watch's context ended meanwhile); the watcher reads that
 		// item again. Reload the index from the bucket (once the pipeline
-		// drained) so that the replay writes its index entry too.
+		// drained) so that the replay writes its index entry too. Other
+		// errors (forbidden, not found) leave the index as acked: no reload.
 		w.ixLoaded = false
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {

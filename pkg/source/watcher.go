@@ -563,9 +563,6 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 			if streamList {
 				n++
 			} else {
-				// An object without a resourceVersion (no conforming apiserver
-				// sends one) must not move the position to "": the next
-				// watch would start from now and skip changes.
 				it.ResourceVersion = o.Meta.ResourceVersion
 				w.lastEvent.Set(float64(readAt.UnixNano()) / 1e9)
 			}
@@ -575,7 +572,10 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 			}
 			// The position moves only once the handler took the item: if it
 			// failed (e.g. its context ended while submitting), the resumed
-			// watch must read this change again, not start after it.
+			// watch must read this change again, not start after it. An
+			// object without a resourceVersion (no conforming apiserver sends
+			// one) must not move it to "": the next watch would start from
+			// now and skip changes.
 			if it.ResourceVersion != "" {
 				w.setRV(it.ResourceVersion)
 			}
