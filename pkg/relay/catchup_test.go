@@ -1,0 +1,90 @@
+package relay_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/index"
+)
+
+// TestIndexBehindTheStreamIsCaughtUpBeforeARelist: relayd stopped between
+// an event's PubAck and its index write leaves the bucket without the
+// object and the checkpoint before it. If the object is then deleted and
+// the position compacted away (410), the relist must still report the
+// delete: at start relayd applies the stream's messages after the
+// checkpoint's stream sequence to the index. The crash state is built by
+// hand (checkpoint put back, the object's index entry purged), so that the
+// test is deterministic; the chaos suite's fp-crash-after-resync reaches
+// it with real kills.
+func TestIndexBehindTheStreamIsCaughtUpBeforeARelist(t *testing.T) {
+	noCache, err := testenv.Start(t.Context(), testenv.Options{DisableWatchCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(noCache.Stop)
+	f := newFixture(t, noCache, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	ctx := t.Context()
+	key := "cms." + f.ns
+	f.createCM("a", nil, nil)
+	r := f.start(nil, true)
+	f.waitStored(20*time.Second, isSync("completed"))
+	f.eventually(20*time.Second, "checkpoint with a stream sequence", func() error {
+		if p := f.checkpoints()[key]; p.Index == nil || p.StreamSeq == 0 {
+			return fmt.Errorf("checkpoint %+v", p)
+		}
+		return nil
+	})
+	cp, err := f.cs.CoreV1().ConfigMaps(f.ns).Get(ctx, "cp", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := cp.Data[key]
+
+	x := f.createCM("x", nil, nil)
+	f.waitStored(20*time.Second, isEvent("added", "x", x.ResourceVersion))
+	r.stop(t)
+
+	// The state a kill -9 after x's PubAck and before its index write
+	// leaves: the checkpoint before x, no index entry for x.
+	cp, err = f.cs.CoreV1().ConfigMaps(f.ns).Get(ctx, "cp", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.Data[key] = before
+	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := f.js.KeyValue(ctx, "relayd-index-"+f.cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, index.Key(index.Prefix("cms", f.ns), string(x.UID))); err != nil {
+		t.Fatal(err)
+	}
+
+	// While relayd is down, x is deleted and the position compacted away.
+	f.deleteCM("x")
+	if _, err := noCache.CompactNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all := f.stored()
+	after := all[len(all)-1].Seq
+	f.start(nil, true)
+	ms := f.waitStored(30*time.Second, func(m msg) bool { return m.Seq > after && isSync("completed")(m) })
+	if sd := syncOf(t, markers(ms, "cms", "started", after)[0]); sd.Reason != "expired" {
+		t.Errorf("sync.started reason %q, want expired (the test must reach the relist after a 410)", sd.Reason)
+	}
+	want := "deleted x@" + x.ResourceVersion + " resync unknown"
+	if got := objectEvents(ms, "cms", after); strings.Join(got, "\n") != want {
+		t.Errorf("after the relist:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+}
