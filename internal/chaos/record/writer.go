@@ -60,6 +60,10 @@ type WriterOptions struct {
 	Pace      time.Duration // pause between writes (jittered ±50%)
 	// Timeout of one write.
 	Timeout time.Duration
+	// Done, if set, is asked between writes with the number acknowledged
+	// so far; true ends the run early (MaxWrites and Duration still bound
+	// it). Unlike cancelling ctx it never cuts a write short.
+	Done func(acked int) bool
 }
 
 // Writer creates, updates and deletes objects at random (seeded) and
@@ -85,7 +89,7 @@ type objState struct {
 	unknown bool                       // the last write's outcome is unknown: GET first
 }
 
-// Run writes until MaxWrites, Duration or ctx ends. Failed writes are
+// Run writes until MaxWrites, Duration, Done or ctx ends. Failed writes are
 // recorded and the writer carries on (the apiserver may be down: that is
 // the point).
 func (w *Writer) Run(ctx context.Context) {
@@ -94,7 +98,7 @@ func (w *Writer) Run(ctx context.Context) {
 	deadline := time.Now().Add(w.o.Duration)
 	// Failed writes do not count towards MaxWrites (the apiserver may be
 	// down for a while); Duration bounds those.
-	for i, acked := 0, 0; acked < w.o.MaxWrites && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+	for i, acked := 0, 0; acked < w.o.MaxWrites && time.Now().Before(deadline) && ctx.Err() == nil && (w.o.Done == nil || !w.o.Done(acked)); i++ {
 		k := w.o.Kinds[rng.IntN(len(w.o.Kinds))]
 		name := fmt.Sprintf("%s-%d", k.Source, rng.IntN(w.o.Objects))
 		st := state[k.Source+"/"+name]

@@ -420,8 +420,25 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		maxWrites = int(float64(maxWrites) * float64(s.MinWriteFor) / float64(writeFor))
 		writeFor = s.MinWriteFor
 	}
+	// A slow fault (an apiserver restart on a busy machine takes seconds)
+	// can use up the whole writing phase. The phase then goes on, at the
+	// same write rate, until MinFaults faults were injected, up to
+	// maxStretch times its length; a run that still has too few fails
+	// below.
+	const maxStretch = 4
+	phaseStart := time.Now()
+	done := func(acked int) bool {
+		if acked < maxWrites && time.Since(phaseStart) < writeFor {
+			return false
+		}
+		r.mu.Lock()
+		n := len(r.faults)
+		r.mu.Unlock()
+		_, crashes := r.proc.counts()
+		return n+crashes >= s.MinFaults
+	}
 	writer := record.NewWriter(dyn, record.WriterOptions{Seed: p.Seed, Namespace: ns, Kinds: kinds, Objects: p.Objects,
-		MaxWrites: maxWrites, Duration: writeFor, Pace: p.Pace})
+		MaxWrites: maxWrites * maxStretch, Duration: writeFor * maxStretch, Pace: p.Pace, Done: done})
 	wctx, wcancel := context.WithCancel(ctx)
 	fdone := make(chan struct{})
 	go func() {
