@@ -221,14 +221,14 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	if p.evSeq > 0 {
 		pe.fromSeq = p.evSeq + 1
 	}
-	p.mu.Unlock()
 	if first != nil {
 		pe.done = make(chan struct{})
 		if e.ObjectKey != "" {
-			p.mu.Lock()
 			p.inflight[e.ObjectKey] = pe.done
-			p.mu.Unlock()
 		}
+	}
+	p.mu.Unlock()
+	if first != nil {
 		// A failed publish (e.g. disconnected with a full reconnect buffer)
 		// leaves a nil future: the pipeline goroutine retries it in order.
 		pe.future = p.publishCounted(first)
