@@ -16,8 +16,8 @@ import (
 )
 
 func TestLoadCreatesMissingConfigMap(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	s := newStore(t, admin.CoreV1(), ns, nil)
 	mustLoad(t, s)
 
@@ -36,9 +36,9 @@ func TestLoadCreatesMissingConfigMap(t *testing.T) {
 }
 
 func TestLoadRestrictedMissingConfigMapSaysWhatToDo(t *testing.T) {
-	admin, restricted := clientset(t, false), clientset(t, true)
-	ns := namespace(t, admin)
-	grant(t, admin, restricted, ns, "get", "update")
+	restricted := env.Clientset(t, true)
+	ns := env.Namespace(t)
+	grant(t, restricted, ns, "get", "update")
 
 	err := newStore(t, restricted.CoreV1(), ns, nil).Load(t.Context())
 	want := fmt.Sprintf(`checkpoint ConfigMap %s/relayd-checkpoint does not exist and relayd may not create it: create it (deploy/ ships one) or grant "create" on configmaps`, ns)
@@ -49,15 +49,15 @@ func TestLoadRestrictedMissingConfigMapSaysWhatToDo(t *testing.T) {
 
 // The production RBAC: get+update on the one pre-created ConfigMap, no create.
 func TestLoadRestrictedExistingConfigMap(t *testing.T) {
-	admin, restricted := clientset(t, false), clientset(t, true)
-	ns := namespace(t, admin)
+	admin, restricted := env.Clientset(t, false), env.Clientset(t, true)
+	ns := env.Namespace(t)
 	if _, err := admin.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: cmName},
 		Data:       map[string]string{"other": `{"resourceVersion":"7","epoch":1,"updated":"2026-11-20T08:00:00Z"}`},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	grant(t, admin, restricted, ns, "get", "update")
+	grant(t, restricted, ns, "get", "update")
 
 	s := newStore(t, restricted.CoreV1(), ns, nil)
 	mustLoad(t, s)
@@ -77,8 +77,8 @@ func TestLoadRestrictedExistingConfigMap(t *testing.T) {
 }
 
 func TestLoadRestrictedWithoutRBACNamesVerb(t *testing.T) {
-	admin, restricted := clientset(t, false), clientset(t, true)
-	ns := namespace(t, admin)
+	restricted := env.Clientset(t, true)
+	ns := env.Namespace(t)
 	err := newStore(t, restricted.CoreV1(), ns, nil).Load(t.Context())
 	if err == nil || !strings.Contains(err.Error(), `may not "get" ConfigMap `+ns+"/"+cmName) {
 		t.Fatalf("got %v, want an error naming the get verb and %s/%s", err, ns, cmName)
@@ -86,13 +86,13 @@ func TestLoadRestrictedWithoutRBACNamesVerb(t *testing.T) {
 }
 
 func TestLoadRestrictedGetOnlyNamesUpdate(t *testing.T) {
-	admin, restricted := clientset(t, false), clientset(t, true)
-	ns := namespace(t, admin)
+	admin, restricted := env.Clientset(t, false), env.Clientset(t, true)
+	ns := env.Namespace(t)
 	if _, err := admin.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: cmName}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	grant(t, admin, restricted, ns, "get")
+	grant(t, restricted, ns, "get")
 	err := newStore(t, restricted.CoreV1(), ns, nil).Load(t.Context())
 	if err == nil || !strings.Contains(err.Error(), `may not "update" ConfigMap `+ns+"/"+cmName) {
 		t.Fatalf("got %v, want an error naming the update verb (found by the dry-run probe)", err)
@@ -100,8 +100,8 @@ func TestLoadRestrictedGetOnlyNamesUpdate(t *testing.T) {
 }
 
 func TestManyAdvancesOneWrite(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	cc := &counting{ConfigMapsGetter: admin.CoreV1()}
 	m := &metrics{}
 	s := newStore(t, cc, ns, func(o *Options) { o.Metrics = m })
@@ -176,8 +176,8 @@ func boolInt(b bool) int {
 }
 
 func TestRunCoalescesWrites(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	cc := &counting{ConfigMapsGetter: admin.CoreV1()}
 	s := newStore(t, cc, ns, func(o *Options) { o.FlushInterval = 200 * time.Millisecond })
 	mustLoad(t, s)
@@ -217,8 +217,8 @@ func TestRunCoalescesWrites(t *testing.T) {
 }
 
 func TestTwoReplicasKeepEachOthersKeys(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	ca := &counting{ConfigMapsGetter: admin.CoreV1()}
 	a := newStore(t, ca, ns, nil)
 	b := newStore(t, admin.CoreV1(), ns, nil)
@@ -284,8 +284,8 @@ func TestTwoReplicasKeepEachOthersKeys(t *testing.T) {
 }
 
 func TestBookmarkOnlyProgressIsThrottled(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	cc := &counting{ConfigMapsGetter: admin.CoreV1()}
 	clock := newClock()
 	s := newStore(t, cc, ns, func(o *Options) {
@@ -358,8 +358,8 @@ func TestBookmarkOnlyProgressIsThrottled(t *testing.T) {
 
 // The same through Run, and a restart counts the loaded position's age.
 func TestRunThrottlesBookmarksAfterRestart(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	clock := newClock()
 	first := newStore(t, admin.CoreV1(), ns, func(o *Options) { o.Now = clock.Now })
 	mustLoad(t, first)
@@ -400,8 +400,8 @@ func TestRunThrottlesBookmarksAfterRestart(t *testing.T) {
 }
 
 func TestCorruptValueNamesTheKey(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	if _, err := admin.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: cmName},
 		Data: map[string]string{
@@ -427,8 +427,8 @@ func TestCorruptValueNamesTheKey(t *testing.T) {
 }
 
 func TestSameResourceVersionIsNotDirty(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	cc := &counting{ConfigMapsGetter: admin.CoreV1()}
 	clock := newClock()
 	s := newStore(t, cc, ns, func(o *Options) { o.Now = clock.Now })
@@ -475,8 +475,8 @@ func TestSameResourceVersionIsNotDirty(t *testing.T) {
 }
 
 func TestAdvanceDuringFlushStaysDirty(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	cc := &counting{ConfigMapsGetter: admin.CoreV1()}
 	s := newStore(t, cc, ns, nil)
 	mustLoad(t, s)
@@ -498,8 +498,8 @@ func TestAdvanceDuringFlushStaysDirty(t *testing.T) {
 }
 
 func TestRunRetriesFailedWrites(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	cc := &counting{ConfigMapsGetter: admin.CoreV1()}
 	m := &metrics{}
 	s := newStore(t, cc, ns, func(o *Options) {
@@ -544,8 +544,8 @@ func TestRunRetriesFailedWrites(t *testing.T) {
 }
 
 func TestFlushRecreatesDeletedConfigMap(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	s := newStore(t, admin.CoreV1(), ns, nil)
 	mustLoad(t, s)
 	if err := admin.CoreV1().ConfigMaps(ns).Delete(t.Context(), cmName, metav1.DeleteOptions{}); err != nil {
@@ -563,8 +563,8 @@ func TestFlushRecreatesDeletedConfigMap(t *testing.T) {
 // Load again (after taking over a source) picks up another replica's newer
 // position, but keeps a key this store advanced and has not yet written.
 func TestReloadKeepsDirtyKeys(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	a := newStore(t, admin.CoreV1(), ns, nil)
 	b := newStore(t, admin.CoreV1(), ns, nil)
 	mustLoad(t, a)
@@ -592,7 +592,7 @@ func TestNewNamesMissingFields(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, f)
 		}
 	}
-	s, err := New(Options{Client: clientset(t, false).CoreV1(), Namespace: "n", Name: "c", Logger: zap.NewNop()})
+	s, err := New(Options{Client: env.Clientset(t, false).CoreV1(), Namespace: "n", Name: "c", Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,7 +626,7 @@ func TestDecode(t *testing.T) {
 }
 
 func TestAdvanceIgnoresEmptyResourceVersion(t *testing.T) {
-	s, err := New(Options{Client: clientset(t, false).CoreV1(), Namespace: "n", Name: "c", Logger: zap.NewNop()})
+	s, err := New(Options{Client: env.Clientset(t, false).CoreV1(), Namespace: "n", Name: "c", Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -640,8 +640,8 @@ func TestAdvanceIgnoresEmptyResourceVersion(t *testing.T) {
 }
 
 func TestDiscardDropsUnwrittenProgress(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	cc := &counting{ConfigMapsGetter: admin.CoreV1()}
 	s := newStore(t, cc, ns, nil)
 	mustLoad(t, s)

@@ -2,10 +2,7 @@ package checkpoint
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,68 +30,16 @@ func TestMain(m *testing.M) {
 
 const cmName = "relayd-checkpoint"
 
-func clientset(t *testing.T, restricted bool) *kubernetes.Clientset {
-	t.Helper()
-	cfg := env.AdminConfig()
-	if restricted {
-		cfg = env.RestrictedConfig()
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
-
-var nsSeq atomic.Int64
-var nonDNS = regexp.MustCompile(`[^a-z0-9-]+`)
-
-// namespace creates a namespace of its own for the test.
-func namespace(t *testing.T, admin *kubernetes.Clientset) string {
-	t.Helper()
-	base := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	ns := fmt.Sprintf("%s-%d", base, nsSeq.Add(1))
-	if _, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return ns
-}
-
 // grant gives the restricted user the verbs on the one checkpoint ConfigMap
 // (resourceNames), like deploy/'s Role, and waits until RBAC lets it get.
-func grant(t *testing.T, admin, restricted *kubernetes.Clientset, ns string, verbs ...string) {
+func grant(t *testing.T, restricted *kubernetes.Clientset, ns string, verbs ...string) {
 	t.Helper()
-	ctx := t.Context()
-	_, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "relayd-checkpoint"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
-			ResourceNames: []string{cmName}, Verbs: verbs}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "relayd-checkpoint"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "relayd-checkpoint"},
-		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: testenv.RestrictedUser}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := restricted.CoreV1().ConfigMaps(ns).Get(ctx, cmName, metav1.GetOptions{})
-		if err == nil || apierrors.IsNotFound(err) {
-			return
-		}
-		if !apierrors.IsForbidden(err) || time.Now().After(deadline) {
-			t.Fatalf("waiting for RBAC: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	env.Grant(t, ns, "relayd-checkpoint", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+		ResourceNames: []string{cmName}, Verbs: verbs}},
+		func(ctx context.Context) error {
+			_, err := restricted.CoreV1().ConfigMaps(ns).Get(ctx, cmName, metav1.GetOptions{})
+			return err
+		})
 }
 
 // counting wraps a ConfigMapsGetter: it counts real (not dry-run) updates

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -16,9 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -41,36 +38,6 @@ var (
 )
 
 type timings struct{ lease, renew, retry time.Duration }
-
-func clientset(t *testing.T, restricted bool) *kubernetes.Clientset {
-	t.Helper()
-	cfg := env.AdminConfig()
-	if restricted {
-		cfg = env.RestrictedConfig()
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
-
-var nsSeq atomic.Int64
-var nonDNS = regexp.MustCompile(`[^a-z0-9-]+`)
-
-// namespace creates a namespace of its own for the test.
-func namespace(t *testing.T, admin *kubernetes.Clientset) string {
-	t.Helper()
-	base := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	ns := fmt.Sprintf("%s-%d", base, nsSeq.Add(1))
-	if _, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return ns
-}
 
 func sourceNames(n int) []string {
 	var out []string
@@ -96,55 +63,33 @@ func createLeases(t *testing.T, admin *kubernetes.Clientset, ns string, sources 
 // grant gives the restricted user exactly verbs on the named Leases of
 // sources (resourceNames), like deploy/'s Role, and waits until RBAC lets it
 // get the first one (when "get" is granted).
-func grant(t *testing.T, admin *kubernetes.Clientset, ns string, sources []string, verbs ...string) {
+func grant(t *testing.T, ns string, sources []string, verbs ...string) {
 	t.Helper()
-	ctx := t.Context()
 	var names []string
 	for _, src := range sources {
 		names = append(names, LeaseName(DefaultLeasePrefix, src))
 	}
-	_, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "relayd-shard"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-			ResourceNames: names, Verbs: verbs}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "relayd-shard"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "relayd-shard"},
-		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: testenv.RestrictedUser}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(verbs) == 0 || verbs[0] != "get" {
-		return
-	}
-	restricted := clientset(t, true)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := restricted.CoordinationV1().Leases(ns).Get(ctx, names[0], metav1.GetOptions{})
-		if err == nil || apierrors.IsNotFound(err) {
-			return
+	var probe func(context.Context) error
+	if len(verbs) > 0 && verbs[0] == "get" {
+		restricted := env.Clientset(t, true)
+		probe = func(ctx context.Context) error {
+			_, err := restricted.CoordinationV1().Leases(ns).Get(ctx, names[0], metav1.GetOptions{})
+			return err
 		}
-		if !apierrors.IsForbidden(err) || time.Now().After(deadline) {
-			t.Fatalf("waiting for RBAC: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	env.Grant(t, ns, "relayd-shard", []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+		ResourceNames: names, Verbs: verbs}}, probe)
 }
 
 // setup creates a namespace with the pre-created Leases of n sources and
 // grants the restricted user get and update on exactly them.
 func setup(t *testing.T, n int) (ns string, sources []string) {
 	t.Helper()
-	admin := clientset(t, false)
-	ns = namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns = env.Namespace(t)
 	sources = sourceNames(n)
 	createLeases(t, admin, ns, sources...)
-	grant(t, admin, ns, sources, "get", "update")
+	grant(t, ns, sources, "get", "update")
 	return ns, sources
 }
 
@@ -318,7 +263,7 @@ type replica struct {
 // test's cleanup stops it.
 func startReplica(t *testing.T, ns, id string, sources []string, tm timings, rec *recorder) *replica {
 	t.Helper()
-	rep := &replica{id: id, client: &partitionable{LeasesGetter: clientset(t, true).CoordinationV1()}, done: make(chan error, 1)}
+	rep := &replica{id: id, client: &partitionable{LeasesGetter: env.Clientset(t, true).CoordinationV1()}, done: make(chan error, 1)}
 	sh, err := New(Options{
 		Client:        rep.client,
 		Namespace:     ns,
@@ -408,7 +353,7 @@ func describe(reps []*replica) string {
 // holderOf reads a Lease with the admin client.
 func holderOf(t *testing.T, ns, source string) coordinationv1.LeaseSpec {
 	t.Helper()
-	l, err := clientset(t, false).CoordinationV1().Leases(ns).Get(t.Context(), LeaseName(DefaultLeasePrefix, source), metav1.GetOptions{})
+	l, err := env.Clientset(t, false).CoordinationV1().Leases(ns).Get(t.Context(), LeaseName(DefaultLeasePrefix, source), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

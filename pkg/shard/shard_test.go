@@ -213,7 +213,7 @@ func TestJoinRebalances(t *testing.T) {
 
 	// Every replica's heartbeat is in the Leases' membership annotation.
 	ids := map[string]bool{}
-	admin := clientset(t, false)
+	admin := env.Clientset(t, false)
 	for _, src := range sources {
 		l, err := admin.CoordinationV1().Leases(ns).Get(t.Context(), LeaseName(DefaultLeasePrefix, src), metav1.GetOptions{})
 		if err != nil {
@@ -260,7 +260,7 @@ func TestRunReturningEarly(t *testing.T) {
 	ns, sources := setup(t, 1)
 	starts := make(chan struct{}, 10)
 	sh, err := New(Options{
-		Client: clientset(t, true).CoordinationV1(), Namespace: ns, Identity: "solo", Sources: sources,
+		Client: env.Clientset(t, true).CoordinationV1(), Namespace: ns, Identity: "solo", Sources: sources,
 		LeaseDuration: fast.lease, RenewDeadline: fast.renew, RetryPeriod: fast.retry,
 		Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)),
 		Run: func(ctx context.Context, source string) {
@@ -289,11 +289,11 @@ func TestRunReturningEarly(t *testing.T) {
 
 // TestMissingLease: a Lease that was not pre-created is an error naming it.
 func TestMissingLease(t *testing.T) {
-	admin := clientset(t, false)
-	ns := namespace(t, admin)
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
 	sources := sourceNames(3)
 	createLeases(t, admin, ns, sources[0], sources[2])
-	grant(t, admin, ns, sources, "get", "update")
+	grant(t, ns, sources, "get", "update")
 	err := runOnce(t, ns, sources)
 	t.Logf("error: %v", err)
 	want := "shard: Lease " + ns + "/relayd-src-1 not found: it must be pre-created"
@@ -316,12 +316,12 @@ func TestForbidden(t *testing.T) {
 		{"nothing", nil, "shard: forbidden to get Lease %s/relayd-src-0: relayd needs the verbs get and update on it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			admin := clientset(t, false)
-			ns := namespace(t, admin)
+			admin := env.Clientset(t, false)
+			ns := env.Namespace(t)
 			sources := sourceNames(2)
 			createLeases(t, admin, ns, sources...)
 			if tc.verbs != nil {
-				grant(t, admin, ns, sources, tc.verbs...)
+				grant(t, ns, sources, tc.verbs...)
 			}
 			err := runOnce(t, ns, sources)
 			t.Logf("error: %v", err)
@@ -338,7 +338,7 @@ func TestForbidden(t *testing.T) {
 func runOnce(t *testing.T, ns string, sources []string) error {
 	t.Helper()
 	sh, err := New(Options{
-		Client: clientset(t, true).CoordinationV1(), Namespace: ns, Identity: "solo", Sources: sources,
+		Client: env.Clientset(t, true).CoordinationV1(), Namespace: ns, Identity: "solo", Sources: sources,
 		LeaseDuration: fast.lease, RenewDeadline: fast.renew, RetryPeriod: fast.retry,
 		Logger: zaptest.NewLogger(t),
 		Run:    func(context.Context, string) { t.Error("Run called") },
@@ -361,7 +361,7 @@ func TestLeaseTakenAway(t *testing.T) {
 	rep := startReplica(t, ns, "solo", sources, fast, rec)
 	waitFor(t, 10*time.Second, "the source", func() bool { return len(rep.sh.Leading()) == 1 })
 
-	admin := clientset(t, false).CoordinationV1().Leases(ns)
+	admin := env.Clientset(t, false).CoordinationV1().Leases(ns)
 	var stolen time.Time
 	for {
 		l, err := admin.Get(t.Context(), LeaseName(DefaultLeasePrefix, sources[0]), metav1.GetOptions{})
