@@ -43,19 +43,6 @@ func startNoCache(t *testing.T) *testenv.Env {
 	return e
 }
 
-func clientset(t *testing.T, e *testenv.Env, restricted bool) *kubernetes.Clientset {
-	t.Helper()
-	cfg := e.AdminConfig()
-	if restricted {
-		cfg = e.RestrictedConfig()
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
-
 func makeNamespace(t *testing.T, cs *kubernetes.Clientset, name string) {
 	t.Helper()
 	_, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -80,7 +67,7 @@ func nextEvent(t *testing.T, w watch.Interface) watch.Event {
 
 func TestConfigMapCreateAndWatch(t *testing.T) {
 	ctx := t.Context()
-	cs := clientset(t, env, false)
+	cs := env.Clientset(t, false)
 	makeNamespace(t, cs, "watch-basic")
 
 	v, err := cs.Discovery().ServerVersion()
@@ -121,7 +108,7 @@ func TestConfigMapCreateAndWatch(t *testing.T) {
 
 func TestStreamingListEndsWithInitialEventsBookmark(t *testing.T) {
 	ctx := t.Context()
-	cs := clientset(t, env, false)
+	cs := env.Clientset(t, false)
 	makeNamespace(t, cs, "streaming")
 	for i := range 3 {
 		_, err := cs.CoreV1().ConfigMaps("streaming").Create(ctx, &corev1.ConfigMap{
@@ -167,7 +154,7 @@ func TestStreamingListEndsWithInitialEventsBookmark(t *testing.T) {
 func TestWatchFromCompactedVersionIsExpired(t *testing.T) {
 	e := startNoCache(t)
 	ctx := t.Context()
-	cs := clientset(t, e, false)
+	cs := e.Clientset(t, false)
 	makeNamespace(t, cs, "compact")
 	cm, err := cs.CoreV1().ConfigMaps("compact").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "c"}, Data: map[string]string{"n": "0"}}, metav1.CreateOptions{})
@@ -212,8 +199,8 @@ func TestWatchFromCompactedVersionIsExpired(t *testing.T) {
 
 func TestRestrictedIdentityNeedsRBAC(t *testing.T) {
 	ctx := t.Context()
-	admin := clientset(t, env, false)
-	restricted := clientset(t, env, true)
+	admin := env.Clientset(t, false)
+	restricted := env.Clientset(t, true)
 	makeNamespace(t, admin, "rbac")
 
 	_, err := restricted.CoreV1().ConfigMaps("rbac").List(ctx, metav1.ListOptions{})
