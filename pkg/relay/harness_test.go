@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
@@ -427,4 +428,47 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 		}
 	}
 	return -1
+}
+
+// churn makes random ConfigMap writes in ns, as a writer in the kill -9
+// and failover tests: a name from cm-0..cm-<names-1>, created when absent,
+// else deleted one time in deleteOneIn, else updated (data.i = the write's
+// number). labels, if set, gives a created object's labels.
+type churn struct {
+	cs          kubernetes.Interface
+	ns          string
+	rng         *rand.Rand
+	names       int
+	deleteOneIn int
+	labels      func(*rand.Rand) map[string]string
+	live        map[string]*corev1.ConfigMap
+}
+
+func (c *churn) write(ctx context.Context, i int) error {
+	if c.live == nil {
+		c.live = map[string]*corev1.ConfigMap{}
+	}
+	name := fmt.Sprintf("cm-%d", c.rng.IntN(c.names))
+	cm, exists := c.live[name]
+	var err error
+	switch {
+	case !exists:
+		obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": fmt.Sprint(i)}}
+		if c.labels != nil {
+			obj.Labels = c.labels(c.rng)
+		}
+		cm, err = c.cs.CoreV1().ConfigMaps(c.ns).Create(ctx, obj, metav1.CreateOptions{})
+		c.live[name] = cm
+	case c.rng.IntN(c.deleteOneIn) == 0:
+		err = c.cs.CoreV1().ConfigMaps(c.ns).Delete(ctx, name, metav1.DeleteOptions{})
+		delete(c.live, name)
+	default:
+		cm.Data = map[string]string{"i": fmt.Sprint(i)}
+		cm, err = c.cs.CoreV1().ConfigMaps(c.ns).Update(ctx, cm, metav1.UpdateOptions{})
+		c.live[name] = cm
+	}
+	if err != nil {
+		return fmt.Errorf("write %d (%s): %w", i, name, err)
+	}
+	return nil
 }

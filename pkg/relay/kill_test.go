@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -77,26 +76,10 @@ func TestKill9BetweenWritesLosesNothingAndStoresEachChangeOnce(t *testing.T) {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		rng := rand.New(rand.NewPCG(1, 2))
-		live := map[string]*corev1.ConfigMap{}
+		w := &churn{cs: f.cs, ns: f.ns, rng: rand.New(rand.NewPCG(1, 2)), names: 12, deleteOneIn: 4}
 		for i := 0; i < 120; i++ {
-			name := fmt.Sprintf("cm-%d", rng.IntN(12))
-			cm, exists := live[name]
-			var err error
-			switch {
-			case !exists:
-				cm, err = f.cs.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
-				live[name] = cm
-			case rng.IntN(4) == 0:
-				err = f.cs.CoreV1().ConfigMaps(f.ns).Delete(ctx, name, metav1.DeleteOptions{})
-				delete(live, name)
-			default:
-				cm.Data = map[string]string{"i": fmt.Sprint(i)}
-				cm, err = f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cm, metav1.UpdateOptions{})
-				live[name] = cm
-			}
-			if err != nil {
-				t.Errorf("write %d: %v", i, err)
+			if err := w.write(ctx, i); err != nil {
+				t.Error(err)
 				return
 			}
 			time.Sleep(25 * time.Millisecond)

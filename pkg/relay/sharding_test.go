@@ -10,7 +10,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -86,32 +85,18 @@ sharding:
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		rng := rand.New(rand.NewPCG(3, 4))
-		live := map[string]*corev1.ConfigMap{}
+		w := &churn{cs: f.cs, ns: f.ns, rng: rand.New(rand.NewPCG(3, 4)), names: 24, deleteOneIn: 5,
+			labels: func(rng *rand.Rand) map[string]string {
+				return map[string]string{"shard": fmt.Sprintf("s%d", rng.IntN(shards))}
+			}}
 		for i := 0; ; i++ {
 			select {
 			case <-stopWriter:
 				return
 			default:
 			}
-			name := fmt.Sprintf("cm-%d", rng.IntN(24))
-			cm, exists := live[name]
-			var err error
-			switch {
-			case !exists:
-				cm, err = f.cs.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name,
-					Labels: map[string]string{"shard": fmt.Sprintf("s%d", rng.IntN(shards))}}, Data: map[string]string{"i": fmt.Sprint(i)}}, metav1.CreateOptions{})
-				live[name] = cm
-			case rng.IntN(5) == 0:
-				err = f.cs.CoreV1().ConfigMaps(f.ns).Delete(ctx, name, metav1.DeleteOptions{})
-				delete(live, name)
-			default:
-				cm.Data = map[string]string{"i": fmt.Sprint(i)}
-				cm, err = f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cm, metav1.UpdateOptions{})
-				live[name] = cm
-			}
-			if err != nil {
-				t.Errorf("write %d: %v", i, err)
+			if err := w.write(ctx, i); err != nil {
+				t.Error(err)
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
