@@ -187,29 +187,29 @@ func (b *Bucket) DeleteKeyMsg(key string) *event.Message {
 	return &event.Message{Subject: b.subjPre + key, Header: h}
 }
 
-// epochKey is where a watch's relist epoch is kept: outside the watch's
-// object keys, so Load never sees it.
-func epochKey(prefix string) string { return "_epoch." + prefix }
+// EpochKey is where EpochMsg keeps the relist epoch of the watch under
+// prefix: outside the watch's object keys, so Load never sees it.
+func EpochKey(prefix string) string { return "_epoch." + prefix }
 
 // EpochMsg is the message that records the relist epoch of the watch under
-// prefix. relayd writes it with each sync.started, so that the epoch keeps
+// prefix. relayd writes it before each sync.started, so that the epoch keeps
 // increasing even when the checkpoint is lost.
 func (b *Bucket) EpochMsg(prefix string, epoch uint64) *event.Message {
-	return &event.Message{Subject: b.subjPre + epochKey(prefix), Data: strconv.AppendUint(nil, epoch, 10)}
+	return &event.Message{Subject: b.subjPre + EpochKey(prefix), Data: strconv.AppendUint(nil, epoch, 10)}
 }
 
 // Epoch reads the epoch recorded by EpochMsg; 0 if none.
 func (b *Bucket) Epoch(ctx context.Context, prefix string) (uint64, error) {
-	e, err := b.kv.Get(ctx, epochKey(prefix))
+	e, err := b.kv.Get(ctx, EpochKey(prefix))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("index bucket %q: read %s: %w", b.name, epochKey(prefix), err)
+		return 0, fmt.Errorf("index bucket %q: read %s: %w", b.name, EpochKey(prefix), err)
 	}
 	n, err := strconv.ParseUint(string(e.Value()), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("index bucket %q: %s: %w", b.name, epochKey(prefix), err)
+		return 0, fmt.Errorf("index bucket %q: %s: %w", b.name, EpochKey(prefix), err)
 	}
 	return n, nil
 }

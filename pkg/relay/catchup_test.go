@@ -1,11 +1,13 @@
 package relay_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/relayd/relayd/internal/testenv"
@@ -86,5 +88,70 @@ func TestIndexBehindTheStreamIsCaughtUpBeforeARelist(t *testing.T) {
 	want := "deleted x@" + x.ResourceVersion + " resync unknown"
 	if got := objectEvents(ms, "cms", after); strings.Join(got, "\n") != want {
 		t.Errorf("after the relist:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+}
+
+// TestEpochIsRecordedBeforeSyncStarted: every relist's epoch is in the
+// index bucket before its sync.started is on the stream. The other way
+// round, relayd dying between the two would let the next relist (its
+// checkpoint older) reuse the epoch, and JetStream would drop that relist's
+// markers as duplicates of the dead one's. Both timestamps are the NATS
+// server's, so the order is the order in which it stored them.
+func TestEpochIsRecordedBeforeSyncStarted(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	ctx := t.Context()
+	f.createCM("a", nil, nil)
+	kv, err := f.js.KeyValue(ctx, "relayd-index-"+f.cluster)
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatal(err)
+	}
+	// Two relists: the initial one, and after a restart without checkpoint.
+	for run := 1; run <= 2; run++ {
+		r := f.start(nil, true)
+		ms := f.waitStored(20*time.Second, func(m msg) bool { return isSync("completed")(m) && m.Env.RelaydEpoch == uint64(run) })
+		r.stop(t)
+		started := markers(ms, "cms", "started", 0)
+		if len(started) != run {
+			t.Fatalf("run %d: %d sync.started markers on the stream, want %d", run, len(started), run)
+		}
+		st := started[run-1]
+		if st.Env.RelaydEpoch != uint64(run) {
+			t.Fatalf("run %d: sync.started epoch %d", run, st.Env.RelaydEpoch)
+		}
+		s, err := f.js.Stream(ctx, f.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := s.GetMsg(ctx, st.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kv == nil {
+			if kv, err = f.js.KeyValue(ctx, "relayd-index-"+f.cluster); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e, err := kv.Get(ctx, index.EpochKey(index.Prefix("cms", f.ns)))
+		if err != nil {
+			t.Fatalf("run %d: epoch key: %v", run, err)
+		}
+		if string(e.Value()) != fmt.Sprint(run) {
+			t.Errorf("run %d: bucket epoch %q, want %d", run, e.Value(), run)
+		}
+		if !e.Created().Before(raw.Time) {
+			t.Errorf("run %d: epoch %d stored at %s, not before its sync.started (%s)", run, run,
+				e.Created().Format(time.RFC3339Nano), raw.Time.Format(time.RFC3339Nano))
+		}
+		if run == 1 {
+			// Lose the checkpoint: the next start relists (reason
+			// no-checkpoint) and takes its epoch from the bucket.
+			if err := f.cs.CoreV1().ConfigMaps(f.ns).Delete(ctx, "cp", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -419,7 +419,16 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 		w.counts = event.SyncCounts{}
 		r.m.ResyncMarkers.WithLabelValues(w.src.Name, "started").Inc()
 		msg := w.enc.Control(it.Sync)
-		return w.pipe.Submit(ctx, sink.Entry{Msg: &msg, Index: r.bucket.Load().EpochMsg(w.ixPrefix, it.Epoch), Epoch: it.Epoch, ReadAt: it.ReadAt})
+		// The epoch goes into the bucket before sync.started is published
+		// (the shared key makes Submit wait for the write's ack): were
+		// relayd to die between the two the other way round, the next
+		// relist would reuse this epoch, and JetStream would drop its
+		// markers as duplicates of this one's. A skipped epoch is harmless.
+		key := "\x00epoch"
+		if err := w.pipe.Submit(ctx, sink.Entry{Index: r.bucket.Load().EpochMsg(w.ixPrefix, it.Epoch), ObjectKey: key, Epoch: it.Epoch}); err != nil {
+			return err
+		}
+		return w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: key, Epoch: it.Epoch, ReadAt: it.ReadAt})
 	case source.ItemSyncCompleted:
 		if err := r.syncDeleted(ctx, w, &sourceSync{epoch: it.Epoch, readAt: it.ReadAt}); err != nil {
 			return err
