@@ -19,6 +19,9 @@ type NATSOptions struct {
 	MaxPayload int32
 	// Port to listen on; a random free port when 0.
 	Port int
+	// Auth, if set, authenticates every client (and gives it its
+	// permissions, with ClientAuthentication.RegisterUser).
+	Auth server.Authentication
 }
 
 // NATS is an embedded nats-server with JetStream on 127.0.0.1.
@@ -52,6 +55,8 @@ func StartNATS(o NATSOptions) (*NATS, error) {
 		MaxPayload: o.MaxPayload,
 		NoLog:      true,
 		NoSigs:     true,
+
+		CustomClientAuthentication: o.Auth,
 	}
 	if err := n.start(); err != nil {
 		n.Shutdown()

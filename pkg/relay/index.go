@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -96,6 +97,17 @@ func (r *relay) loadIndex(ctx context.Context, w *watch) (relist string, err err
 	}
 	first := w.idx == nil
 	w.idx, w.ixGen = x, gen.ID
+	if first {
+		defer func() {
+			if err != nil {
+				// The first load decides the relist, the epoch floor and
+				// the catch-up: a retry after a failure (a NATS timeout,
+				// a refused request) must do all of it again, not take
+				// the reload path.
+				w.idx, w.ixGen = nil, ""
+			}
+		}()
+	}
 	w.setTracked(x.Len())
 	pos, hasCP := r.store.Get(w.key)
 	switch {
@@ -231,11 +243,26 @@ func (r *relay) catchUpIndex(ctx context.Context, w *watch, from uint64) error {
 				}
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return err
+		berr := batch.Error()
+		if berr != nil && !errors.Is(berr, nats.ErrTimeout) {
+			return berr
 		}
 		if n == 0 {
-			break // the rest of the range is gone (stream limits)
+			// Nothing came: either the rest of the range is gone (stream
+			// limits), or the read failed (a refused or lost consumer
+			// request looks the same from here). Only the first is
+			// the end of the catch-up.
+			info, err := stream.Info(ctx, jetstream.WithDeletedDetails(true))
+			if err != nil {
+				return err
+			}
+			if held := heldIn(info.State, next, last); held > 0 {
+				return fmt.Errorf("could not read the stream from sequence %d to %d (%d messages there): %w",
+					next, last, held, cmp.Or(berr, nats.ErrTimeout))
+			}
+			w.log.Warn("stream messages were removed (stream limits) before the index caught up with them; their changes are missing from the index",
+				zap.Uint64("fromStreamSeq", next), zap.Uint64("toStreamSeq", last), zap.Uint64("streamFirstSeq", info.State.FirstSeq))
+			break
 		}
 	}
 	w.setTracked(w.idx.Len())
@@ -350,4 +377,22 @@ func (r *relay) checkIndex(ctx context.Context, w *watch, rv string) error {
 	}
 	w.log.Info("index consistency check passed", zap.String("resourceVersion", rv), zap.String("objects", strconv.Itoa(seen)))
 	return nil
+}
+
+// heldIn is how many messages st holds with sequences in [lo, hi].
+func heldIn(st jetstream.StreamState, lo, hi uint64) uint64 {
+	if st.Msgs == 0 {
+		return 0
+	}
+	lo, hi = max(lo, st.FirstSeq), min(hi, st.LastSeq)
+	if lo > hi {
+		return 0
+	}
+	n := hi - lo + 1
+	for _, d := range st.Deleted {
+		if d >= lo && d <= hi {
+			n--
+		}
+	}
+	return n
 }

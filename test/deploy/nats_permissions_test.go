@@ -1,0 +1,312 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/conf"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/relayd/relayd/internal/testenv"
+)
+
+// natsPermissions is the permission block of docs/DEPLOY.md ("NATS
+// permissions"), parsed as nats-server parses its config.
+type natsPermissions struct {
+	pub, sub []string
+}
+
+func docNATSPermissions(t *testing.T) natsPermissions {
+	t.Helper()
+	doc := repoFile(t, "docs/DEPLOY.md")
+	const begin, end = "<!-- nats-permissions:begin -->", "<!-- nats-permissions:end -->"
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("docs/DEPLOY.md: no %s … %s block", begin, end)
+	}
+	block := strings.TrimSpace(doc[i+len(begin) : j])
+	block = strings.TrimPrefix(block, "```")
+	block = strings.TrimSuffix(block, "```")
+	t.Setenv("RELAYD_NATS_PASSWORD", "test") // the block's $variable
+	m, err := conf.Parse(block)
+	if err != nil {
+		t.Fatalf("docs/DEPLOY.md: the NATS permissions block is not nats-server config: %v", err)
+	}
+	get := func(v any, path ...string) any {
+		for _, k := range path {
+			mm, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("docs/DEPLOY.md: NATS permissions: %s is not a map", strings.Join(path, "."))
+			}
+			v = mm[k]
+		}
+		return v
+	}
+	users, _ := get(m, "authorization", "users").([]any)
+	if len(users) != 1 {
+		t.Fatalf("docs/DEPLOY.md: NATS permissions: want one user, got %v", get(m, "authorization", "users"))
+	}
+	strs := func(v any) []string {
+		var out []string
+		for _, x := range v.([]any) {
+			out = append(out, x.(string))
+		}
+		return out
+	}
+	return natsPermissions{
+		pub: strs(get(users[0], "permissions", "publish", "allow")),
+		sub: strs(get(users[0], "permissions", "subscribe", "allow")),
+	}
+}
+
+// tokenAuth authenticates NATS clients by token: "relayd" gets perms
+// (changeable between connections), "admin" everything.
+type tokenAuth struct {
+	mu    sync.Mutex
+	perms natsPermissions
+}
+
+func (a *tokenAuth) set(p natsPermissions) {
+	a.mu.Lock()
+	a.perms = p
+	a.mu.Unlock()
+}
+
+func (a *tokenAuth) Check(c server.ClientAuthentication) bool {
+	switch c.GetOpts().Token {
+	case "admin":
+		c.RegisterUser(&server.User{Username: "admin"})
+		return true
+	case "relayd":
+		a.mu.Lock()
+		p := a.perms
+		a.mu.Unlock()
+		c.RegisterUser(&server.User{Username: "relayd", Permissions: &server.Permissions{
+			Publish: allowOnly(p.pub), Subscribe: allowOnly(p.sub),
+		}})
+		return true
+	}
+	return false
+}
+
+// allowOnly allows exactly subjects; an empty allow list would allow
+// everything, so none is a deny-all.
+func allowOnly(subjects []string) *server.SubjectPermission {
+	if len(subjects) == 0 {
+		return &server.SubjectPermission{Deny: []string{">"}}
+	}
+	return &server.SubjectPermission{Allow: slices.Clone(subjects)}
+}
+
+// TestNATSPermissionsAreEnoughAndEachIsNeeded runs the base's config as
+// shipped (its stream, bucket and subjects) with a NATS user that has
+// exactly the permissions docs/DEPLOY.md lists: relayd creates its stream
+// and index bucket, relays a change, and after a restart (object index
+// loaded from the bucket and caught up from the stream) relays another.
+// Then, for each subject of the list, the same from scratch without it:
+// relayd's log must name the refused subject, and relayd must fail to relay
+// (sources wait) — except without the two CONSUMER.DELETE subjects, which
+// only clean up consumers the server would expire anyway.
+func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
+	perms := docNATSPermissions(t)
+	auth := &tokenAuth{}
+	srv, err := testenv.StartNATS(testenv.NATSOptions{Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("relayd\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := newInstallOf(t, env, srv.URL(), baseDir, func(root *yaml.Node) {
+		setKey(t, mapValue(t, root, "nats"), "tokenFile", tokenFile)
+	})
+	b, ctx := in.b, t.Context()
+	admin, err := nats.Connect(srv.URL(), nats.Token("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, bucket := b.cfg.NATS.Stream.Name, b.cfg.NATS.Index.Bucket
+	fresh := func(t *testing.T) {
+		t.Helper()
+		for _, s := range []string{stream, "KV_" + bucket} {
+			if err := js.DeleteStream(ctx, s); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Fatal(err)
+			}
+		}
+		resetCheckpoint(t, in.c, b.namespace(), b.checkpointCM.Name)
+	}
+	probeNS := fmt.Sprintf("nats-perm-probe-%d", time.Now().UnixNano())
+	in.c.ensureNamespace(t, probeNS)
+	n := 0
+	// relayOne changes a ConfigMap and waits (up to timeout) for its event
+	// on the stream.
+	relayOne := func(r *relayd, timeout time.Duration) error {
+		n++
+		name := fmt.Sprintf("probe-%d", n)
+		if _, err := in.c.cs.CoreV1().ConfigMaps(probeNS).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		subject := strings.TrimSuffix(b.cfg.StreamSubject(), ">") + "core.v1.configmaps." + probeNS + "." + name + ".added"
+		deadline := time.Now().Add(timeout)
+		for {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			s, err := js.Stream(ctx, stream)
+			if err == nil {
+				_, err = s.GetLastMsgForSubject(ctx, subject)
+			}
+			cancel()
+			if err == nil {
+				return nil
+			}
+			if time.Now().After(deadline) || r.exited() {
+				return fmt.Errorf("%s not on stream %s: %w", subject, stream, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// scenario: from scratch, relayd relays a change, checkpoints, stops,
+	// restarts and relays another.
+	scenario := func(t *testing.T, timeout time.Duration) (logs []string, err error) {
+		fresh(t)
+		for run := 1; run <= 2; run++ {
+			r := in.run(t)
+			err = relayOne(r, timeout)
+			if err == nil && run == 1 {
+				err = waitCheckpointed(ctx, in, timeout)
+			}
+			stopErr := r.stop(t, in.grace)
+			logs = append(logs, r.output()...)
+			if err != nil {
+				return logs, fmt.Errorf("run %d: %w", run, err)
+			}
+			if stopErr != nil {
+				return logs, fmt.Errorf("run %d: stop: %w", run, stopErr)
+			}
+		}
+		return logs, nil
+	}
+
+	auth.set(perms)
+	logs, err := scenario(t, 30*time.Second)
+	if err != nil {
+		t.Fatalf("with exactly the documented permissions: %v\nrelayd log:\n%s", err, strings.Join(logs, "\n"))
+	}
+	if vs := violations(logs); len(vs) > 0 {
+		t.Fatalf("with exactly the documented permissions relayd was refused:\n%s", strings.Join(vs, "\n"))
+	}
+	t.Logf("with exactly the documented permissions (publish %v, subscribe %v): relayed, restarted, relayed", perms.pub, perms.sub)
+
+	for _, kind := range []string{"publish", "subscribe"} {
+		list := perms.pub
+		if kind == "subscribe" {
+			list = perms.sub
+		}
+		for i, subj := range list {
+			t.Run("without "+kind+" "+subj, func(t *testing.T) {
+				p := natsPermissions{pub: perms.pub, sub: perms.sub}
+				if kind == "publish" {
+					p.pub = slices.Delete(slices.Clone(perms.pub), i, i+1)
+				} else {
+					p.sub = slices.Delete(slices.Clone(perms.sub), i, i+1)
+				}
+				auth.set(p)
+				defer auth.set(perms)
+				// relayd relays within a second or two when it can; 10 s
+				// also covers a retry after a refused request times out
+				// (5 s) and backs off, which must not succeed either.
+				logs, err := scenario(t, 10*time.Second)
+				var named []string
+				for _, v := range violations(logs) {
+					if m := refusedSubject.FindStringSubmatch(v); m != nil && m[1] == map[string]string{"publish": "Publish", "subscribe": "Subscription"}[kind] && subjectMatches(subj, m[2]) {
+						named = append(named, m[2])
+					}
+				}
+				if len(named) == 0 {
+					t.Fatalf("without %s permission %q relayd's log names no refusal of it (relay error: %v): not needed? (then remove it from docs/DEPLOY.md)\n%s",
+						kind, subj, err, strings.Join(logs, "\n"))
+				}
+				// Only deleting a finished consumer is optional (the server
+				// expires it); without anything else relayd must not
+				// relay — in particular it must not skip the index
+				// catch-up or the epoch read when they are refused.
+				optional := strings.Contains(subj, ".CONSUMER.DELETE.")
+				outcome := "relayd still relays"
+				if err != nil {
+					outcome = "relaying fails: " + err.Error()
+				}
+				if optional != (err == nil) {
+					t.Errorf("without %s %q: %s; want relaying to %s", kind, subj, outcome, map[bool]string{true: "go on", false: "fail"}[optional])
+				}
+				t.Logf("without %s %q: %s; relayd logged %d refusals, e.g. of %q", kind, subj, outcome, len(named), named[0])
+			})
+		}
+	}
+}
+
+// refusedSubject matches the server's message for a refused publish or
+// subscription, as relayd logs it (JSON-escaped quotes).
+var refusedSubject = regexp.MustCompile(`Permissions Violation for (Publish|Subscription) to \\"([^\\"]+)\\"`)
+
+// subjectMatches reports whether subject matches the NATS pattern (with *
+// for one token and > for the rest).
+func subjectMatches(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		if tok == ">" {
+			return len(s) > i
+		}
+		if i >= len(s) || (tok != "*" && tok != s[i]) {
+			return false
+		}
+	}
+	return len(p) == len(s)
+}
+
+// violations returns the log lines that report a NATS permissions
+// violation.
+func violations(logs []string) []string {
+	var out []string
+	for _, l := range logs {
+		if strings.Contains(strings.ToLower(l), "permissions violation") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// waitCheckpointed waits until relayd wrote a position for every source.
+func waitCheckpointed(ctx context.Context, in *install, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		cm, err := in.c.cs.CoreV1().ConfigMaps(in.b.namespace()).Get(ctx, in.b.checkpointCM.Name, metav1.GetOptions{})
+		if err == nil && len(cm.Data) == len(in.b.cfg.Sources) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("checkpoint not written for every source: %v (%v)", cm.Data, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
