@@ -166,7 +166,7 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 		name := fmt.Sprintf("probe-%d", n)
 		if _, err := in.c.cs.CoreV1().ConfigMaps(probeNS).Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+			return fmt.Errorf("create ConfigMap %s/%s: %w", probeNS, name, err)
 		}
 		subject := strings.TrimSuffix(b.cfg.StreamSubject(), ">") + "core.v1.configmaps." + probeNS + "." + name + ".added"
 		deadline := time.Now().Add(timeout)
