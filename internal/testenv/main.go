@@ -65,6 +65,18 @@ func LeakOptions() []goleak.Option {
 	}
 }
 
+// StartT starts etcd and kube-apiserver for one test (e.g. with other
+// Options than the package's shared Env) and stops them in t.Cleanup.
+func StartT(tb testing.TB, o Options) *Env {
+	tb.Helper()
+	e, err := Start(tb.Context(), o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(e.Stop)
+	return e
+}
+
 // NATST starts an embedded nats-server for one test and shuts it down in
 // t.Cleanup.
 func NATST(tb testing.TB, o NATSOptions) *NATS {

@@ -240,11 +240,7 @@ func TestForbiddenSourceIsReportedAndOthersKeepRunning(t *testing.T) {
 }
 
 func TestPaginatedListFallbackWhenStreamingListIsRefused(t *testing.T) {
-	old, err := testenv.Start(t.Context(), testenv.Options{ExtraAPIServerArgs: []string{"--feature-gates=WatchList=false"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(old.Stop)
+	old := testenv.StartT(t, testenv.Options{ExtraAPIServerArgs: []string{"--feature-gates=WatchList=false"}})
 	f := newFixture(t, old, natsSrv, `
   - name: cms
     apiVersion: v1

@@ -24,11 +24,7 @@ import (
 // test is deterministic; the chaos suite's fp-crash-after-resync reaches
 // it with real kills.
 func TestIndexBehindTheStreamIsCaughtUpBeforeARelist(t *testing.T) {
-	noCache, err := testenv.Start(t.Context(), testenv.Options{DisableWatchCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(noCache.Stop)
+	noCache := testenv.StartT(t, testenv.Options{DisableWatchCache: true})
 	f := newFixture(t, noCache, natsSrv, `
   - name: cms
     apiVersion: v1

@@ -183,11 +183,7 @@ const gapSources = `
 // (binary: the index comes back from the KV bucket), and killed with -9
 // again in the middle of the resync.
 func TestGapRecovery(t *testing.T) {
-	noCache, err := testenv.Start(t.Context(), testenv.Options{DisableWatchCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(noCache.Stop)
+	noCache := testenv.StartT(t, testenv.Options{DisableWatchCache: true})
 	for _, mode := range []string{"graceful", "kill-9", "kill-9-during-resync"} {
 		t.Run(mode, func(t *testing.T) { gapScenario(t, noCache, mode) })
 	}

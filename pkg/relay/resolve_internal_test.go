@@ -13,11 +13,7 @@ import (
 // resolve against a real apiserver's discovery: the errors a user sees for
 // a bad source.
 func TestResolveAgainstRealDiscovery(t *testing.T) {
-	e, err := testenv.Start(t.Context(), testenv.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Stop)
+	e := testenv.StartT(t, testenv.Options{})
 	cs, err := kubernetes.NewForConfig(e.AdminConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -109,12 +109,7 @@ func TestChaos(t *testing.T) {
 	env := &scenario.Env{K8s: k8s, NATS: nats, RelaydBin: bin, ArtifactDir: art, Logf: t.Logf}
 	for _, s := range selected {
 		if s.NoWatchCache {
-			e, err := testenv.Start(t.Context(), testenv.Options{DisableWatchCache: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(e.Stop)
-			env.K8sNoWC = e
+			env.K8sNoWC = testenv.StartT(t, testenv.Options{DisableWatchCache: true})
 			break
 		}
 	}

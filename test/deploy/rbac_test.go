@@ -448,11 +448,7 @@ func TestShippedRBACIsEnoughAndEveryPermissionIsNeeded(t *testing.T) {
 func TestListIsNeededWithoutStreamingLists(t *testing.T) {
 	relaydBin(t) // fail fast, before starting a second apiserver
 	kustomizeBin(t)
-	e, err := testenv.Start(t.Context(), testenv.Options{ExtraAPIServerArgs: []string{"--feature-gates=WatchList=false"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Stop()
+	e := testenv.StartT(t, testenv.Options{ExtraAPIServerArgs: []string{"--feature-gates=WatchList=false"}})
 	n := testenv.NATST(t, testenv.NATSOptions{})
 	in := newInstall(t, e, n.URL())
 
