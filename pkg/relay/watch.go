@@ -341,6 +341,11 @@ func (r *relay) isSelf(w *watch, m *event.Meta) bool {
 // index: live changes update it; a list is compared with it (unchanged
 // objects are not republished, new and changed ones are, and at the end
 // every indexed object the list did not contain is published as deleted).
+// epochGate is the pipeline object key of a relist's epoch write and its
+// sync.started: no uid (a NUL byte cannot be in one), so it only orders
+// the two.
+const epochGate = "\x00epoch"
+
 func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 	failpoint.Inject(failpoint.RelayHandle)
 	switch it.Kind {
@@ -424,11 +429,10 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 		// relayd to die between the two the other way round, the next
 		// relist would reuse this epoch, and JetStream would drop its
 		// markers as duplicates of this one's. A skipped epoch is harmless.
-		key := "\x00epoch"
-		if err := w.pipe.Submit(ctx, sink.Entry{Index: r.bucket.Load().EpochMsg(w.ixPrefix, it.Epoch), ObjectKey: key, Epoch: it.Epoch}); err != nil {
+		if err := w.pipe.Submit(ctx, sink.Entry{Index: r.bucket.Load().EpochMsg(w.ixPrefix, it.Epoch), ObjectKey: epochGate, Epoch: it.Epoch}); err != nil {
 			return err
 		}
-		return w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: key, Epoch: it.Epoch, ReadAt: it.ReadAt})
+		return w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: epochGate, Epoch: it.Epoch, ReadAt: it.ReadAt})
 	case source.ItemSyncCompleted:
 		if err := r.syncDeleted(ctx, w, &sourceSync{epoch: it.Epoch, readAt: it.ReadAt}); err != nil {
 			return err
