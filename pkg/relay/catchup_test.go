@@ -11,7 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
+	"github.com/relayd/relayd/pkg/relay"
 )
 
 // TestIndexBehindTheStreamIsCaughtUpBeforeARelist: relayd stopped between
@@ -84,6 +86,83 @@ func TestIndexBehindTheStreamIsCaughtUpBeforeARelist(t *testing.T) {
 	want := "deleted x@" + x.ResourceVersion + " resync unknown"
 	if got := objectEvents(ms, "cms", after); strings.Join(got, "\n") != want {
 		t.Errorf("after the relist:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+
+	// The catch-up's consumer does not linger for nats.go's default 5
+	// minutes: the server removes it CatchUpConsumerInactive after its
+	// last pull.
+	s, err := f.js.Stream(ctx, f.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := 0
+	infos := s.ListConsumers(ctx)
+	for ci := range infos.Info() {
+		consumers++
+		if got := ci.Config.InactiveThreshold; got != relay.CatchUpConsumerInactive {
+			t.Errorf("consumer %s on the event stream: inactive threshold %v, want %v", ci.Name, got, relay.CatchUpConsumerInactive)
+		}
+	}
+	if err := infos.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if consumers == 0 {
+		t.Error("no consumer on the event stream: did the start-up catch-up read it?")
+	}
+}
+
+// TestIndexIsCaughtUpWhenOnlyTheCheckpointIsLost: with the checkpoint gone
+// and the bucket kept, the watch relists and compares the list with the
+// index (reason no-checkpoint). Nothing bounds what the bucket may lack
+// (the crash state of the test above), so relayd reads the whole stream
+// first: an object published but missing from the bucket, deleted while
+// relayd was down, must still be reported deleted.
+func TestIndexIsCaughtUpWhenOnlyTheCheckpointIsLost(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	ctx := t.Context()
+	key := "cms." + f.ns
+	f.createCM("a", nil, nil)
+	r := f.start(nil, true)
+	x := f.createCM("x", nil, nil)
+	f.waitStored(20*time.Second, isEvent("added", "x", x.ResourceVersion))
+	r.stop(t)
+
+	// x's PubAck came, its index write did not; then the checkpoint is
+	// lost and x deleted while relayd is down.
+	kv, err := f.js.KeyValue(ctx, "relayd-index-"+f.cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, index.Key(index.Prefix("cms", f.ns), string(x.UID))); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := f.cs.CoreV1().ConfigMaps(f.ns).Get(ctx, "cp", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(cp.Data, key)
+	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.deleteCM("x")
+	all := f.stored()
+	after := all[len(all)-1].Seq
+	r = f.start(nil, true)
+	ms := f.waitStored(30*time.Second, func(m msg) bool { return m.Seq > after && isSync("completed")(m) })
+	r.stop(t)
+	if sd := syncOf(t, markers(ms, "cms", "started", after)[0]); sd.Reason != "no-checkpoint" {
+		t.Errorf("sync.started reason %q, want no-checkpoint", sd.Reason)
+	}
+	want := "deleted x@" + x.ResourceVersion + " resync unknown"
+	if got := objectEvents(ms, "cms", after); strings.Join(got, "\n") != want {
+		t.Errorf("after the relist:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+	if cd := syncOf(t, markers(ms, "cms", "completed", after)[0]); cd.Counts != (event.SyncCounts{Deleted: 1, Unchanged: 1, Total: 1}) {
+		t.Errorf("counts %+v, want 1 deleted, 1 unchanged", cd.Counts)
 	}
 }
 

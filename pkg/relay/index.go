@@ -141,9 +141,19 @@ func (r *relay) loadIndex(ctx context.Context, w *watch) (relist string, err err
 		if w.epochFloor, err = b.Epoch(ctx, w.ixPrefix); err != nil {
 			return "", err
 		}
-		from := uint64(0)
-		if hasCP && relist != metrics.ReasonIndexLost {
+		from := uint64(0) // no catch-up
+		switch {
+		case relist == metrics.ReasonIndexLost:
+			// The bucket is rebuilt by a full, marked resync.
+		case hasCP && pos.StreamSeq > 0:
 			from = pos.StreamSeq
+		case hasCP || relist == metrics.ReasonNoCheckpoint:
+			// The bucket is kept but nothing bounds the stream messages
+			// it may lack (the checkpoint is gone, or predates stream
+			// sequences): read the whole stream, once. The list that
+			// follows compares with the index, so it must be complete.
+			w.log.Info("no stream sequence to catch the object index up from; reading the whole event stream")
+			from = 1
 		}
 		if err := r.catchUpIndex(ctx, w, from); err != nil {
 			return "", fmt.Errorf("catching the index up with stream %q: %w", r.cfg.NATS.Stream.Name, err)
@@ -157,15 +167,16 @@ func (r *relay) loadIndex(ctx context.Context, w *watch) (relist string, err err
 // position with the index generation it matches.
 func (r *relay) advance(w *watch, a sink.Advance) {
 	ref := &checkpoint.IndexRef{Generation: w.ixGen, Seq: max(a.IndexSeq, w.ixSeqFloor)}
-	seq := a.StreamSeq
-	if seq == 0 {
-		// Not known yet: an earlier bound still holds (it is only less tight).
-		if pos, ok := r.store.Get(w.key); ok {
-			seq = pos.StreamSeq
-		}
-	}
-	r.store.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref, StreamSeq: seq}, a.BookmarkOnly)
+	r.store.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref, StreamSeq: a.StreamSeq}, a.BookmarkOnly)
 }
+
+// CatchUpConsumerInactive is how long the NATS server keeps the index
+// catch-up's consumer after its last pull. nats.go's ordered consumer
+// replaces its server-side consumer on every Fetch (deleting the one it
+// replaces) but never deletes the last one; without a threshold of our own
+// the server would keep it for nats.go's default of 5 minutes. Every Fetch
+// creates a fresh consumer, so a slow catch-up cannot outlive it.
+const CatchUpConsumerInactive = 30 * time.Second
 
 // catchUpIndex brings w's index up to what the event stream holds. An
 // index entry is written after its event's PubAck, so a crash between the
@@ -176,23 +187,30 @@ func (r *relay) advance(w *watch, a sink.Advance) {
 // reached the bucket would go unreported, or be reported with an older
 // resourceVersion than one already published. So, before anything else,
 // every message of this watch on the stream from the checkpoint's stream
-// sequence on is applied to the index, in stream order (per object that is
-// publish order), and each correction is written to the bucket.
+// sequence on (from the start of the stream when the checkpoint is gone but
+// the bucket is kept: a relist compared with the index follows) is applied
+// to the index, in stream order (per object that is publish order), and
+// each correction is written to the bucket. from 0 means no catch-up.
 //
-// It also seeds the pipeline with the stream's last sequence, so that the
-// positions it reports carry a stream sequence from the start.
+// It also seeds the sink with the stream's last sequence, so that the
+// positions it reports carry a tight stream sequence from the start.
 func (r *relay) catchUpIndex(ctx context.Context, w *watch, from uint64) error {
 	stream, err := r.js.Stream(ctx, r.cfg.NATS.Stream.Name)
 	if err != nil {
 		return err
 	}
 	last := stream.CachedInfo().State.LastSeq
-	w.pipe.SeedStreamSeq(last)
+	r.sink.SeedStreamSeq(last)
 	if from == 0 || from > last {
 		return nil
 	}
+	if first := stream.CachedInfo().State.FirstSeq; from < first {
+		w.log.Warn("stream messages were removed (stream limits) before the index caught up with them; if the index lacked any of their changes, it still does",
+			zap.Uint64("fromStreamSeq", from), zap.Uint64("streamFirstSeq", first))
+	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
+		InactiveThreshold: CatchUpConsumerInactive,
 	})
 	if err != nil {
 		return err

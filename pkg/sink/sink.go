@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,9 +60,35 @@ type Options struct {
 	RetryBackoff wait.Backoff
 }
 
-// Sink creates pipelines that share one JetStream context.
+// Sink creates pipelines that share one JetStream context and publish
+// their events to one stream.
 type Sink struct {
 	o Options
+	// evSeq is the highest event-stream sequence acked for any pipeline (or
+	// seeded from the stream): every message published later is stored
+	// after it. Shared, so that the stream sequence a position carries
+	// follows the whole stream, not only its own watch's messages: a
+	// source that rarely changes would otherwise keep an old bound, and
+	// every restart would read the stream from there.
+	evSeq atomic.Uint64
+}
+
+// SeedStreamSeq tells the sink that the event stream's last sequence is at
+// least seq, so that positions carry a tight StreamSeq before the first
+// PubAck (without it the bound is 1: correct, but a restart reads the
+// whole stream).
+func (s *Sink) SeedStreamSeq(seq uint64) {
+	s.ackedEventSeq(seq)
+}
+
+// ackedEventSeq raises evSeq to seq.
+func (s *Sink) ackedEventSeq(seq uint64) {
+	for {
+		cur := s.evSeq.Load()
+		if seq <= cur || s.evSeq.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }
 
 // New validates o and returns a Sink.
@@ -94,7 +121,7 @@ type Advance struct {
 	// of this pipeline (0 if none yet).
 	IndexSeq uint64
 	// StreamSeq is a sequence of the event stream at or before every event
-	// message of the entries after this position (0: not known): a restart
+	// message of the entries after this position (at least 1): a restart
 	// that finds the index behind the stream (index writes follow the
 	// PubAck) reads the stream from here to catch it up.
 	StreamSeq uint64
@@ -134,7 +161,7 @@ type pending struct {
 	future   jetstream.PubAckFuture // of the first message (Msg, else Index); nil if its publish failed synchronously
 	ixFuture jetstream.PubAckFuture // of Index when it follows Msg
 	done     chan struct{}          // closed when done (releases the object gate)
-	fromSeq  uint64                 // every copy of Msg, and of later entries' messages, is stored at or after this event-stream sequence (0: unknown)
+	fromSeq  uint64                 // every copy of Msg, and of later entries' messages, is stored at or after this event-stream sequence
 }
 
 // Pipeline is the publish window of one watch. Submit is called from the
@@ -153,7 +180,6 @@ type Pipeline struct {
 	lastRV   string
 	lastEp   uint64
 	ixSeq    uint64 // highest acked index write sequence
-	evSeq    uint64 // highest event-stream sequence acked (or seeded): later publishes are stored after it
 	unacked  int    // published, not yet acked (for the in-flight gauge on Close)
 
 	// Metric children resolved once, not per event.
@@ -217,10 +243,10 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// Every copy of this entry's messages is published from now on, so it
+	// is stored after every message acked so far.
+	pe.fromSeq = p.s.evSeq.Load() + 1
 	p.mu.Lock()
-	if p.evSeq > 0 {
-		pe.fromSeq = p.evSeq + 1
-	}
 	if first != nil {
 		pe.done = make(chan struct{})
 		if e.ObjectKey != "" {
@@ -378,9 +404,7 @@ func (p *Pipeline) run2(ctx context.Context) {
 }
 
 func (p *Pipeline) eventAcked(pe *pending, ack *jetstream.PubAck) {
-	p.mu.Lock()
-	p.evSeq = max(p.evSeq, ack.Sequence)
-	p.mu.Unlock()
+	p.s.ackedEventSeq(ack.Sequence)
 	if ack.Duplicate {
 		p.dups.Inc()
 	}
@@ -441,15 +465,6 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.Pub
 		}
 		*f = nf
 	}
-}
-
-// SeedStreamSeq tells the pipeline that the event stream's last sequence
-// is at least seq, so that positions carry a StreamSeq before the first
-// PubAck of this pipeline.
-func (p *Pipeline) SeedStreamSeq(seq uint64) {
-	p.mu.Lock()
-	p.evSeq = max(p.evSeq, seq)
-	p.mu.Unlock()
 }
 
 // Watermark is the newest acknowledged position.

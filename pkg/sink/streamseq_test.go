@@ -2,7 +2,9 @@ package sink
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -14,7 +16,7 @@ import (
 func TestStreamSeqIsAtOrBeforeEveryLaterMessage(t *testing.T) {
 	fake, p, _, adv := newPipeline(t, 8)
 	ctx := t.Context()
-	p.SeedStreamSeq(100) // the stream's last sequence when the watch started
+	p.s.SeedStreamSeq(100) // the stream's last sequence when the watch started
 
 	// a is published first but fails; b is stored at 101; a's retry at 102.
 	if err := p.Submit(ctx, entry("a", "A", "1")); err != nil {
@@ -52,15 +54,47 @@ func TestStreamSeqIsAtOrBeforeEveryLaterMessage(t *testing.T) {
 	}
 }
 
-// TestStreamSeqUnknownBeforeAnyAckOrSeed: without a seed and before any
-// PubAck the pipeline cannot bound the stream sequence and says so (0).
-func TestStreamSeqUnknownBeforeAnyAckOrSeed(t *testing.T) {
+// TestStreamSeqBeforeAnyAckOrSeedIsOne: without a seed and before any
+// PubAck the only bound is the stream's first sequence: 1, never 0
+// (which a restart would read as "not known" and skip the catch-up).
+func TestStreamSeqBeforeAnyAckOrSeedIsOne(t *testing.T) {
 	fake, p, _, adv := newPipeline(t, 8)
 	if err := p.Submit(t.Context(), entry("a", "A", "1")); err != nil {
 		t.Fatal(err)
 	}
 	ackSeq(fake.next(t), 7)
-	if got := nextAdvance(t, adv); got.StreamSeq != 0 {
-		t.Fatalf("advance %+v, want StreamSeq 0 (unknown)", got)
+	if got := nextAdvance(t, adv); got.StreamSeq != 1 {
+		t.Fatalf("advance %+v, want StreamSeq 1", got)
+	}
+}
+
+// TestStreamSeqFollowsEveryPipelinesAcks: the bound is shared by the
+// pipelines of one sink. A watch that publishes nothing for a while still
+// checkpoints a recent stream sequence (bookmarks move its position), so
+// that a restart does not read the stream from its last own message.
+func TestStreamSeqFollowsEveryPipelinesAcks(t *testing.T) {
+	fake, busy, _, _ := newPipeline(t, 8)
+	idleAdv := make(chan Advance, 8)
+	idle := busy.s.NewPipeline("idle", func(a Advance) { idleAdv <- a })
+	t.Cleanup(idle.Close)
+	for i, seq := range []uint64{500, 501, 502} {
+		if err := busy.Submit(t.Context(), entry(fmt.Sprint("o", i), "X", fmt.Sprint(i+1))); err != nil {
+			t.Fatal(err)
+		}
+		ackSeq(fake.next(t), seq)
+	}
+	// The busy pipeline's acks arrive on its own goroutine.
+	deadline := time.Now().Add(5 * time.Second)
+	for busy.s.evSeq.Load() < 502 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sink saw acks up to %d, want 502", busy.s.evSeq.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := idle.Submit(t.Context(), Entry{ResourceVersion: "9", Bookmark: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := nextAdvance(t, idleAdv); got.ResourceVersion != "9" || got.StreamSeq != 503 {
+		t.Fatalf("idle pipeline's advance %+v, want StreamSeq 503", got)
 	}
 }
