@@ -82,6 +82,10 @@ func TestMain(m *testing.M) {
 }
 
 func TestChaos(t *testing.T) {
+	// The relayd under test was built from these files (TestMain).
+	if err := scenario.StatSources(filepath.Join("..", "..")); err != nil {
+		t.Fatal(err)
+	}
 	var re *regexp.Regexp
 	if *only != "" {
 		re = regexp.MustCompile(*only)

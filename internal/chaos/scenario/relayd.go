@@ -24,6 +24,33 @@ func BuildRelayd(repoRoot, dir string) (string, error) {
 	return out, nil
 }
 
+// StatSources stats go.mod, go.sum and every Go file under cmd/, pkg/ and
+// internal/. go test caches a test's result keyed on its package's
+// dependencies and on the files the test stat'ed or opened while it ran
+// (not in TestMain before m.Run); a relayd that BuildRelayd built in a
+// subprocess is neither, so a test that runs it calls this, or a changed
+// relayd would get the previous run's cached "ok".
+func StatSources(repoRoot string) error {
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if _, err := os.Stat(filepath.Join(repoRoot, f)); err != nil {
+			return err
+		}
+	}
+	for _, dir := range []string{"cmd", "pkg", "internal"} {
+		err := filepath.WalkDir(filepath.Join(repoRoot, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || filepath.Ext(path) != ".go" {
+				return err
+			}
+			_, err = os.Stat(path)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("relayd sources: %w", err)
+		}
+	}
+	return nil
+}
+
 // hitRe matches the hit-count placeholders of a failpoint spec.
 var hitRe = regexp.MustCompile(`\{n(?::(\d+)-(\d+))?\}`)
 
