@@ -125,15 +125,22 @@ func TestIndexIsCaughtUpWhenOnlyTheCheckpointIsLost(t *testing.T) {
     namespaces: [$NS]`)
 	ctx := t.Context()
 	key := "cms." + f.ns
-	f.createCM("a", nil, nil)
+	a := f.createCM("a", nil, nil)
 	r := f.start(nil, true)
+	a = f.updateCM(a, "k", "1")
+	a = f.updateCM(a, "k", "2")
 	x := f.createCM("x", nil, nil)
-	f.waitStored(20*time.Second, isEvent("added", "x", x.ResourceVersion))
+	f.waitStored(20*time.Second, isEvent("modified", "a", a.ResourceVersion), isEvent("added", "x", x.ResourceVersion))
 	r.stop(t)
 
 	// x's PubAck came, its index write did not; then the checkpoint is
 	// lost and x deleted while relayd is down.
 	kv, err := f.js.KeyValue(ctx, "relayd-index-"+f.cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aKey := index.Key(index.Prefix("cms", f.ns), string(a.UID))
+	aBefore, err := kv.Get(ctx, aKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +170,13 @@ func TestIndexIsCaughtUpWhenOnlyTheCheckpointIsLost(t *testing.T) {
 	}
 	if cd := syncOf(t, markers(ms, "cms", "completed", after)[0]); cd.Counts != (event.SyncCounts{Deleted: 1, Unchanged: 1, Total: 1}) {
 		t.Errorf("counts %+v, want 1 deleted, 1 unchanged", cd.Counts)
+	}
+	// a's three versions on the stream were read, but its entry was right:
+	// the catch-up does not write it back through its older versions.
+	if aAfter, err := kv.Get(ctx, aKey); err != nil {
+		t.Fatal(err)
+	} else if aAfter.Revision() != aBefore.Revision() {
+		t.Errorf("a's index entry was rewritten by the catch-up (revision %d, was %d): %s", aAfter.Revision(), aBefore.Revision(), aAfter.Value())
 	}
 }
 

@@ -216,7 +216,20 @@ func (r *relay) catchUpIndex(ctx context.Context, w *watch, from uint64) error {
 		return err
 	}
 	b := r.bucket.Load()
-	read, fixed := 0, 0
+	// The messages are applied to the in-memory index first; only objects
+	// whose final entry differs from the bucket's are written, once each.
+	// Written message by message, an object seen several times in the
+	// range would be written back through its older versions (a whole-
+	// stream read: once per version ever published).
+	type entry struct {
+		o     index.Object
+		known bool
+	}
+	// uid -> its entry before the catch-up, for each object of this watch
+	// in the range: a few for a checkpoint's range, up to every object of
+	// the watch for a whole-stream read (for as long as the catch-up runs).
+	inBucket := map[string]entry{}
+	read := 0
 	for next := from; next <= last; {
 		// Ask for no more than the range holds: a pull waits until its
 		// batch is full or it expires.
@@ -243,22 +256,14 @@ func (r *relay) catchUpIndex(ctx context.Context, w *watch, from uint64) error {
 			}
 			o := index.Object{UID: env.K8sUID, Namespace: env.K8sNamespace, Name: env.K8sName, ResourceVersion: env.K8sResourceVersion}
 			cur, known := w.idx.Get(o.UID)
-			var msg *event.Message
+			if _, seen := inBucket[o.UID]; !seen {
+				inBucket[o.UID] = entry{cur, known}
+			}
 			switch {
 			case strings.HasSuffix(env.Type, ".object."+string(event.Deleted)):
-				if known {
-					w.idx.Delete(o.UID)
-					msg = b.DeleteMsg(w.ixPrefix, o.UID)
-				}
+				w.idx.Delete(o.UID)
 			case !known || cur != o:
 				w.idx.Put(o)
-				msg = b.PutMsg(w.ixPrefix, o)
-			}
-			if msg != nil {
-				fixed++
-				if err := w.pipe.Submit(ctx, sink.Entry{Index: msg, ObjectKey: o.UID}); err != nil {
-					return err
-				}
 			}
 		}
 		berr := batch.Error()
@@ -281,6 +286,23 @@ func (r *relay) catchUpIndex(ctx context.Context, w *watch, from uint64) error {
 			w.log.Warn("stream messages were removed (stream limits) before the index caught up with them; their changes are missing from the index",
 				zap.Uint64("fromStreamSeq", next), zap.Uint64("toStreamSeq", last), zap.Uint64("streamFirstSeq", info.State.FirstSeq))
 			break
+		}
+	}
+	fixed := 0
+	for uid, was := range inBucket {
+		cur, known := w.idx.Get(uid)
+		var msg *event.Message
+		switch {
+		case known && (!was.known || was.o != cur):
+			msg = b.PutMsg(w.ixPrefix, cur)
+		case !known && was.known:
+			msg = b.DeleteMsg(w.ixPrefix, uid)
+		default:
+			continue // the bucket had it right
+		}
+		fixed++
+		if err := w.pipe.Submit(ctx, sink.Entry{Index: msg, ObjectKey: uid}); err != nil {
+			return err
 		}
 	}
 	w.setTracked(w.idx.Len())
