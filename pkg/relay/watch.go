@@ -337,15 +337,15 @@ func (r *relay) isSelf(w *watch, m *event.Meta) bool {
 	return false
 }
 
-// handle turns one source item into pipeline entries, keeping the object
-// index: live changes update it; a list is compared with it (unchanged
-// objects are not republished, new and changed ones are, and at the end
-// every indexed object the list did not contain is published as deleted).
 // epochGate is the pipeline object key of a relist's epoch write and its
 // sync.started: no uid (a NUL byte cannot be in one), so it only orders
 // the two.
 const epochGate = "\x00epoch"
 
+// handle turns one source item into pipeline entries, keeping the object
+// index: live changes update it; a list is compared with it (unchanged
+// objects are not republished, new and changed ones are, and at the end
+// every indexed object the list did not contain is published as deleted).
 func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 	failpoint.Inject(failpoint.RelayHandle)
 	switch it.Kind {
