@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/relay"
@@ -55,19 +57,8 @@ func TestIndexBehindTheStreamIsCaughtUpBeforeARelist(t *testing.T) {
 
 	// The state a kill -9 after x's PubAck and before its index write
 	// leaves: the checkpoint before x, no index entry for x.
-	cp, err = f.cs.CoreV1().ConfigMaps(f.ns).Get(ctx, "cp", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp.Data[key] = before
-	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := f.js.KeyValue(ctx, "relayd-index-"+f.cluster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kv.Purge(ctx, index.Key(index.Prefix("cms", f.ns), string(x.UID))); err != nil {
+	f.editCheckpoint(func(data map[string]string) { data[key] = before })
+	if err := f.indexBucket().Purge(ctx, index.Key(index.Prefix("cms", f.ns), string(x.UID))); err != nil {
 		t.Fatal(err)
 	}
 
@@ -135,10 +126,7 @@ func TestIndexIsCaughtUpWhenOnlyTheCheckpointIsLost(t *testing.T) {
 
 	// x's PubAck came, its index write did not; then the checkpoint is
 	// lost and x deleted while relayd is down.
-	kv, err := f.js.KeyValue(ctx, "relayd-index-"+f.cluster)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := f.indexBucket()
 	aKey := index.Key(index.Prefix("cms", f.ns), string(a.UID))
 	aBefore, err := kv.Get(ctx, aKey)
 	if err != nil {
@@ -147,14 +135,7 @@ func TestIndexIsCaughtUpWhenOnlyTheCheckpointIsLost(t *testing.T) {
 	if err := kv.Purge(ctx, index.Key(index.Prefix("cms", f.ns), string(x.UID))); err != nil {
 		t.Fatal(err)
 	}
-	cp, err := f.cs.CoreV1().ConfigMaps(f.ns).Get(ctx, "cp", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	delete(cp.Data, key)
-	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.editCheckpoint(func(data map[string]string) { delete(data, key) })
 	f.deleteCM("x")
 	all := f.stored()
 	after := all[len(all)-1].Seq
@@ -177,6 +158,52 @@ func TestIndexIsCaughtUpWhenOnlyTheCheckpointIsLost(t *testing.T) {
 		t.Fatal(err)
 	} else if aAfter.Revision() != aBefore.Revision() {
 		t.Errorf("a's index entry was rewritten by the catch-up (revision %d, was %d): %s", aAfter.Revision(), aBefore.Revision(), aAfter.Value())
+	}
+}
+
+// TestQuietSourceCheckpointsARecentStreamSeq: the stream sequence a
+// checkpoint carries follows every source's PubAcks, not only its own
+// source's, so a source that changes rarely does not make a restart read
+// the stream from its last own message (README, "How a gap is
+// recovered").
+func TestQuietSourceCheckpointsARecentStreamSeq(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: busy
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    labelSelector: role=busy
+  - name: quiet
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    labelSelector: role=quiet`)
+	r := f.start(nil, true)
+	defer r.stop(t)
+	var b *corev1.ConfigMap
+	for i := range 20 {
+		b = f.createCM(fmt.Sprint("b", i), map[string]string{"role": "busy"}, nil)
+	}
+	ms := f.waitStored(20*time.Second, isEvent("added", b.Name, b.ResourceVersion))
+	busyLast := ms[len(ms)-1].Seq
+	// busy's checkpoint at its last change: relayd has that PubAck.
+	f.eventually(20*time.Second, "busy checkpointed at "+b.Name, func() error {
+		if p := f.checkpoints()["busy."+f.ns]; p.ResourceVersion != b.ResourceVersion {
+			return fmt.Errorf("busy at %+v, want resourceVersion %s", p, b.ResourceVersion)
+		}
+		return nil
+	})
+	q := f.createCM("q", map[string]string{"role": "quiet"}, nil)
+	f.waitStored(20*time.Second, isEvent("added", "q", q.ResourceVersion))
+	var p checkpoint.Position
+	f.eventually(20*time.Second, "quiet checkpointed at q", func() error {
+		if p = f.checkpoints()["quiet."+f.ns]; p.ResourceVersion != q.ResourceVersion {
+			return fmt.Errorf("quiet at %+v, want resourceVersion %s", p, q.ResourceVersion)
+		}
+		return nil
+	})
+	if p.StreamSeq <= busyLast {
+		t.Errorf("quiet's checkpoint after q carries streamSeq %d, not past busy's last message (%d): a restart would read busy's messages again", p.StreamSeq, busyLast)
 	}
 }
 

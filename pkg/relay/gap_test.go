@@ -409,14 +409,7 @@ func TestIndexLossFallsBackToMarkedResync(t *testing.T) {
 	r.stop(t)
 
 	// 1. The checkpoint key is removed: a list compared with the index.
-	cm, err := f.cs.CoreV1().ConfigMaps(f.ns).Get(t.Context(), "cp", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	delete(cm.Data, key)
-	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.editCheckpoint(func(data map[string]string) { delete(data, key) })
 	all := f.stored()
 	before := all[len(all)-1].Seq
 	r = f.start(nil, true)

@@ -348,6 +348,31 @@ func isSync(marker string) func(msg) bool {
 	return func(m msg) bool { return strings.HasSuffix(m.Env.Type, ".source.sync."+marker) }
 }
 
+// editCheckpoint changes the checkpoint ConfigMap's keys (relayd stopped):
+// how a test builds the state a crash or an operator leaves.
+func (f *fixture) editCheckpoint(edit func(data map[string]string)) {
+	f.t.Helper()
+	ctx := f.t.Context()
+	cm, err := f.cs.CoreV1().ConfigMaps(f.ns).Get(ctx, "cp", metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	edit(cm.Data)
+	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// indexBucket opens the fixture's object index bucket.
+func (f *fixture) indexBucket() jetstream.KeyValue {
+	f.t.Helper()
+	kv, err := f.js.KeyValue(f.t.Context(), "relayd-index-"+f.cluster)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return kv
+}
+
 // checkpoints reads the checkpoint ConfigMap.
 func (f *fixture) checkpoints() map[string]checkpoint.Position {
 	f.t.Helper()
