@@ -12,10 +12,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/zapr"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/relayd/relayd/internal/version"
 	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/natsconn"
 	"github.com/relayd/relayd/pkg/relay"
 	"github.com/relayd/relayd/pkg/tail"
 )
@@ -38,7 +41,7 @@ const usage = `Usage: relayd <command> [flags]
 Commands:
   run            run the relay (relayd run -c config.yaml)
   check-config   validate config files (relayd check-config -c FILE ...)
-  tail           print events from NATS as they arrive
+  tail           print events from NATS as they arrive (relayd tail -c config.yaml)
   version        print the version
 
 Run "relayd <command> -h" for the flags of a command.
@@ -68,6 +71,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// parseExit is the exit code of a command whose flags did not parse: 0
+// for -h/--help (the flag package has printed the usage), 2 otherwise.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
 // stringsFlag collects a repeatable flag.
 type stringsFlag []string
 
@@ -81,7 +93,7 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&files, "config", "config file to check (repeatable)")
 	fs.Var(&files, "c", "shorthand for --config")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	files = append(files, fs.Args()...)
 	if len(files) == 0 {
@@ -107,7 +119,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	)
 	fs.StringVar(cfgPath, "c", "config.yaml", "shorthand for --config")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	log, err := newLogger(*logLevel, *logFormat, stderr)
 	if err != nil {
@@ -144,31 +156,162 @@ func cmdRun(args []string, stderr io.Writer) int {
 	return 0
 }
 
+const tailUsage = `Usage: relayd tail [-c config.yaml] [flags]
+
+Print relayd's events from NATS as they arrive, one line each.
+
+With -c (--config), tail connects the way relayd does, with the whole nats
+block of the config: url, credentialsFile/nkeySeedFile/tokenFile/userFile,
+tls, jsDomain and inboxPrefix. The subject then defaults to the config's
+"<prefix>.<cluster>.>", and --replay replays the config's stream. Flags
+given explicitly override the config: --server replaces nats.url, --creds
+replaces the config's authentication, whichever it is. Without -c the
+defaults below apply and --creds is the only authentication.
+
+Examples:
+  relayd tail -c config.yaml                        # live events of the cluster
+  relayd tail -c config.yaml --replay --count 20    # the stream from its start
+  relayd tail --server nats://127.0.0.1:4222 --subject 'k8s.>'
+  relayd tail --server nats://127.0.0.1:4222 --stream K8S --count 20
+
+Flags:
+`
+
 func cmdTail(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var (
-		url     = fs.String("server", "nats://127.0.0.1:4222", "NATS server URL(s)")
-		subject = fs.String("subject", "k8s.>", "subject filter")
-		stream  = fs.String("stream", "", "replay this JetStream stream from its start, then follow (default: live only)")
-		count   = fs.Int("count", 0, "exit after this many events (0: until interrupted)")
-		creds   = fs.String("creds", "", "NATS credentials file")
-	)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), tailUsage)
+		fs.PrintDefaults()
 	}
-	var opts []nats.Option
-	if *creds != "" {
-		opts = append(opts, nats.UserCredentials(*creds))
+	var f tailFlags
+	fs.StringVar(&f.config, "config", "", "relayd config file: connect with its nats block")
+	fs.StringVar(&f.config, "c", "", "shorthand for --config")
+	fs.StringVar(&f.server, "server", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated; overrides nats.url")
+	fs.StringVar(&f.subject, "subject", "k8s.>", "subject filter; with -c the default is the config's <prefix>.<cluster>.>")
+	fs.StringVar(&f.stream, "stream", "", "replay this JetStream stream from its start, then follow (default: live only)")
+	fs.BoolVar(&f.replay, "replay", false, "with -c: replay the config's stream (nats.stream.name) from its start, then follow")
+	count := fs.Int("count", 0, "exit after this many events (0: until interrupted)")
+	fs.StringVar(&f.creds, "creds", "", "NATS .creds file; overrides the config's authentication")
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	s, code, err := tailSettingsOf(&f)
+	if err != nil {
+		for line := range strings.SplitSeq(err.Error(), "\n") {
+			fmt.Fprintln(stderr, "relayd tail:", line)
+		}
+		return code
+	}
+	opts, err := natsconn.ClientOptions(s.nats)
+	if err != nil {
+		fmt.Fprintln(stderr, "relayd tail:", s.rename(err.Error()))
+		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err := tail.Run(ctx, tail.Options{URL: *url, Subject: *subject, Stream: *stream, Count: *count, Out: stdout, NATSOptions: opts})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintln(stderr, "relayd tail:", err)
-		return 1
+	err = tail.Run(ctx, tail.Options{
+		URL: strings.Join(s.nats.URLs(), ","), Subject: s.subject, Stream: s.stream, Count: *count, Out: stdout,
+		NATSOptions: opts,
+		JetStream:   func(nc *nats.Conn) (jetstream.JetStream, error) { return natsconn.JetStream(nc, s.nats) },
+	})
+	var ce *tail.ConnectError
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return 0
+	case errors.As(err, &ce):
+		msg := natsconn.Explain(s.nats, ce.Err)
+		if errors.Is(ce.Err, nats.ErrNoServers) {
+			msg += " (is nats.url right and the server up?)"
+		}
+		msg = s.rename(msg)
+		fmt.Fprintf(stderr, "relayd tail: cannot connect to NATS at %s: %s\n", ce.RedactedURL(), strings.ReplaceAll(msg, "\n", " "))
+	default:
+		fmt.Fprintln(stderr, "relayd tail:", s.rename(strings.TrimPrefix(err.Error(), "tail: ")+tailHint(s, err)))
 	}
-	return 0
+	return 1
+}
+
+// tailHint names the settings behind a JetStream error of tail.Run.
+func tailHint(s *tailSettings, err error) string {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		if s.nats.JSDomain != "" {
+			return fmt.Sprintf(" (no JetStream answers in nats.jsDomain %q)", s.nats.JSDomain)
+		}
+		return " (no JetStream answers; does the stream live in another domain? set nats.jsDomain)"
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if s.nats.JSDomain != "" {
+			return fmt.Sprintf(" (check the stream name and nats.jsDomain %q)", s.nats.JSDomain)
+		}
+		return " (check the stream name)"
+	}
+	return ""
+}
+
+// tailFlags are the flags of `relayd tail` that tailSettingsOf resolves;
+// set holds the names of those given on the command line.
+type tailFlags struct {
+	config, server, subject, stream, creds string
+	replay                                 bool
+	set                                    map[string]bool
+}
+
+// tailSettings are what `relayd tail` connects with and reads.
+type tailSettings struct {
+	nats    *config.NATS // URL, TLS, authentication, JetStream domain, inbox prefix
+	subject string
+	stream  string
+	// rename turns the config keys that a flag replaced into the flag's
+	// name in messages (nats.credentialsFile is --creds when given).
+	rename func(string) string
+}
+
+// tailSettingsOf applies f to the config file's nats block (when -c is
+// given) or to the defaults. On error it also returns the exit code: 2 for
+// a misuse of the flags, 1 for a config that cannot be loaded.
+func tailSettingsOf(f *tailFlags) (*tailSettings, int, error) {
+	s := &tailSettings{nats: &config.NATS{URL: f.server}, subject: f.subject, stream: f.stream}
+	if f.replay && f.set["stream"] {
+		return nil, 2, errors.New("--replay replays the config's stream; give it or --stream, not both")
+	}
+	if f.config == "" {
+		if f.replay {
+			return nil, 2, errors.New("--replay needs -c config.yaml (the stream is the config's nats.stream.name); or use --stream NAME")
+		}
+		s.nats.CredentialsFile = f.creds
+	} else {
+		cfg, err := config.Load(f.config)
+		if err != nil {
+			return nil, 1, err
+		}
+		n := cfg.NATS // a copy: the flags change it
+		s.nats = &n
+		if f.set["server"] {
+			n.URL = f.server
+		}
+		if f.set["creds"] {
+			n.CredentialsFile, n.NkeySeedFile, n.TokenFile, n.UserFile, n.PasswordFile = f.creds, "", "", "", ""
+		}
+		if !f.set["subject"] {
+			s.subject = cfg.StreamSubject()
+		}
+		if f.replay {
+			s.stream = n.Stream.Name
+		}
+	}
+	var pairs []string
+	if f.set["creds"] {
+		pairs = append(pairs, "nats.credentialsFile", "--creds")
+	}
+	if f.set["server"] || f.config == "" {
+		pairs = append(pairs, "nats.url", "--server")
+	}
+	s.rename = strings.NewReplacer(pairs...).Replace
+	return s, 0, nil
 }
 
 func newLogger(level, format string, out io.Writer) (*zap.Logger, error) {

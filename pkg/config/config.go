@@ -48,17 +48,35 @@ type origin struct {
 }
 
 // NATS configures the NATS connection and the JetStream stream.
+//
+// Every secret is a file path, never a value: relayd reads the files when it
+// connects and again at every reconnect, so a rotated Kubernetes Secret is
+// picked up without a restart. At most one way of authenticating may be set:
+// CredentialsFile, NkeySeedFile, TokenFile, or UserFile with PasswordFile.
 type NATS struct {
 	// URL is one server URL or a comma-separated list of them
 	// (nats://, tls://, ws:// or wss://). Required.
 	URL string `yaml:"url"`
-	// CredentialsFile is the path of a NATS .creds file (JWT + nkey seed).
-	// Optional; mutually exclusive with TokenFile. The file is read at
-	// connect time, not at load time.
+	// CredentialsFile is the path of a NATS .creds file (JWT + nkey seed),
+	// for servers in operator (JWT) mode.
 	CredentialsFile string `yaml:"credentialsFile"`
-	// TokenFile is the path of a file holding an auth token. Optional;
-	// mutually exclusive with CredentialsFile.
+	// NkeySeedFile is the path of a file holding a user NKey seed ("SU…").
+	NkeySeedFile string `yaml:"nkeySeedFile"`
+	// TokenFile is the path of a file holding an auth token.
 	TokenFile string `yaml:"tokenFile"`
+	// UserFile and PasswordFile are the paths of files holding a user name
+	// and its password. Both or neither.
+	UserFile     string `yaml:"userFile"`
+	PasswordFile string `yaml:"passwordFile"`
+	// TLS configures the TLS connection (server CA, client certificate).
+	TLS TLS `yaml:"tls"`
+	// JSDomain is the JetStream domain of the stream and bucket (for a
+	// leaf node that reaches its hub's JetStream); "" is the local one.
+	JSDomain string `yaml:"jsDomain"`
+	// InboxPrefix replaces "_INBOX" as the prefix of the reply subjects
+	// relayd subscribes to, so that NATS permissions can grant
+	// "<inboxPrefix>.>" instead of every inbox.
+	InboxPrefix string `yaml:"inboxPrefix"`
 	// Name is the client connection name shown by the server.
 	Name string `yaml:"name"`
 	// PublishTimeout bounds the wait for one PubAck.
@@ -70,6 +88,26 @@ type NATS struct {
 	// Index configures the key-value bucket that persists the object index
 	// (what each watch has published), used for exact recovery after a 410.
 	Index Index `yaml:"index"`
+}
+
+// TLS configures the client side of a TLS connection to NATS. Setting any
+// field makes TLS required, whatever the URL scheme.
+type TLS struct {
+	// CAFile is the path of the PEM bundle of CAs that signed the server
+	// certificate; default: the system roots.
+	CAFile string `yaml:"caFile"`
+	// CertFile and KeyFile are the paths of the PEM client certificate and
+	// its key, for servers that verify clients (mTLS). Both or neither.
+	CertFile string `yaml:"certFile"`
+	KeyFile  string `yaml:"keyFile"`
+	// ServerName is the name the server certificate is checked against;
+	// default: the host of the URL.
+	ServerName string `yaml:"serverName"`
+}
+
+// Enabled reports whether any TLS setting is given.
+func (t *TLS) Enabled() bool {
+	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != ""
 }
 
 // Index configures the JetStream key-value bucket of the object index.
@@ -88,13 +126,16 @@ type Index struct {
 // CreateBucket returns Create, or true when it is unset.
 func (i *Index) CreateBucket() bool { return i.Create == nil || *i.Create }
 
-// Stream describes the JetStream stream. Only Name is used when Create is
-// false; the other fields are validated either way.
+// Stream describes the JetStream stream. The settings below Create are those
+// of a stream relayd creates; relayd never changes them on a stream that
+// exists (it warns where they differ). They are validated either way.
 type Stream struct {
 	// Name is the stream name. Required.
 	Name string `yaml:"name"`
-	// Create makes relayd create or update the stream at start, with
-	// subjects Config.StreamSubject() and discard policy "new".
+	// Create makes relayd create the stream when it is missing (subjects
+	// Config.StreamSubject(), discard policy "new"), and add
+	// Config.StreamSubject() to the subjects of an existing stream that
+	// does not capture it. Nothing else of an existing stream is changed.
 	Create bool `yaml:"create"`
 	// DuplicateWindow is the JetStream duplicate-detection window.
 	DuplicateWindow Duration `yaml:"duplicateWindow"`
@@ -102,7 +143,9 @@ type Stream struct {
 	Replicas int `yaml:"replicas"`
 	// Storage is the stream storage backend.
 	Storage Storage `yaml:"storage"`
-	// MaxAge is the maximum message age; 0 means unlimited.
+	// MaxAge is the maximum message age of a stream relayd creates. A
+	// consumer that is down for longer misses the messages that expired
+	// meanwhile (the stream's first sequence moves past its position).
 	MaxAge Duration `yaml:"maxAge"`
 	// MaxBytes is the maximum stream size in bytes; -1 means unlimited.
 	MaxBytes int64 `yaml:"maxBytes"`
@@ -286,6 +329,8 @@ const (
 	DefaultReplicas        = 1
 	DefaultStorage         = StorageFile
 	DefaultMaxBytes        = -1
+	// DefaultMaxAge bounds a stream relayd creates: a week of events.
+	DefaultMaxAge = 7 * 24 * time.Hour
 	// DefaultIndexBucketPrefix + cluster is the default nats.index.bucket.
 	DefaultIndexBucketPrefix   = "relayd-index-"
 	DefaultMode                = ModeStructured
@@ -341,6 +386,7 @@ func (c *Config) ApplyDefaults() {
 	if s.Storage == "" {
 		s.Storage = DefaultStorage
 	}
+	setDuration(&s.MaxAge, DefaultMaxAge)
 	if s.MaxBytes == 0 {
 		s.MaxBytes = DefaultMaxBytes
 	}

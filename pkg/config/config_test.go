@@ -87,7 +87,7 @@ bad-sharding.yaml:9: sharding.leaseDuration: must be greater than sharding.renew
 		"bad-many.yaml": `bad-many.yaml:2: cluster: "prod.eu" is not a valid cluster name (must be letters, digits, '_' and '-')
 bad-many.yaml:3: prefix: "k8s..events" is not a valid prefix (must be dot-separated tokens of letters, digits, '_' and '-')
 bad-many.yaml:5: nats.url: "http://127.0.0.1:4222" is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])
-bad-many.yaml:5: nats.url: "nats://user:xxxxx@nats:4222" contains credentials (use nats.credentialsFile or nats.tokenFile)
+bad-many.yaml:5: nats.url: "nats://user:xxxxx@nats:4222" contains credentials (use nats.credentialsFile, nats.nkeySeedFile, nats.tokenFile or nats.userFile)
 bad-many.yaml:7: nats.tokenFile: cannot be combined with nats.credentialsFile (set only one)
 bad-many.yaml:8: nats.publishTimeout: must be greater than 0, got -1s
 bad-many.yaml:9: nats.maxInFlight: must be between 1 and 65536, got 100000
@@ -191,6 +191,7 @@ func TestGoodMinimalDefaults(t *testing.T) {
 				DuplicateWindow: Duration(10 * time.Minute),
 				Replicas:        1,
 				Storage:         StorageFile,
+				MaxAge:          Duration(DefaultMaxAge),
 				MaxBytes:        -1,
 			},
 			Index: Index{Bucket: "relayd-index-prod-eu-1", Create: &create, Replicas: 1, Storage: StorageFile},
@@ -462,7 +463,7 @@ x:2: nats.url: empty entry in the comma-separated list "nats://a:4222,, tls://b:
 		{"url without scheme", "cluster: dev\nnats: {url: '127.0.0.1:4222', stream: {name: K8S}}\n" + src,
 			`x:2: nats.url: "127.0.0.1:4222" is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])`},
 		{"token in url", "cluster: dev\nnats: {url: 'nats://s3cr3t@h:4222', stream: {name: K8S}}\n" + src,
-			`x:2: nats.url: "nats://xxxxx@h:4222" contains credentials (use nats.credentialsFile or nats.tokenFile)`},
+			`x:2: nats.url: "nats://xxxxx@h:4222" contains credentials (use nats.credentialsFile, nats.nkeySeedFile, nats.tokenFile or nats.userFile)`},
 		{"bad apiVersion and group", base + "sources:\n- {name: a, apiVersion: apps/v1/x, kind: A}\n- {name: b, resource: {group: Apps, version: v1, resource: Deployments}}\n",
 			`x:4: sources[0].apiVersion: "apps/v1/x" is not a valid apiVersion (must be "v1" or "group/version", e.g. "apps/v1")
 x:5: sources[1].resource.group: "Apps" is not a valid API group (must be a DNS-1123 subdomain, or "" for the core group)
@@ -549,7 +550,7 @@ sources:
 		{"merge cycle", "nats: &n {<<: *n}\n", "x:1: nats: alias *n refers to a node that contains it"},
 		{"merge of a scalar", "nats: {<<: 3}\n", `x:1: nats: the merge key "<<" needs a mapping or a list of mappings, got 3`},
 		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`},
-		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, tokenFile, name, publishTimeout, maxInFlight, stream, index)`},
+		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, nkeySeedFile, tokenFile, userFile, passwordFile, tls, jsDomain, inboxPrefix, name, publishTimeout, maxInFlight, stream, index)`},
 		{"alias to ancestor", "sources: &s [*s]\n", "x:1: sources[0]: expected a mapping, got a list"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -751,4 +752,72 @@ func parseFile(t *testing.T, path string) *Config {
 		t.Fatalf("Parse(%s):\n%v", path, err)
 	}
 	return cfg
+}
+
+func TestNATSSecurityKeys(t *testing.T) {
+	base := "cluster: dev\nsources: [{name: pods, apiVersion: v1, kind: Pod}]\nnats:\n  url: tls://n:4222\n  stream: {name: K8S}\n"
+	tests := []struct {
+		name, nats, want string
+	}{
+		{"every key, one auth", "  nkeySeedFile: /s/seed\n  tls: {caFile: /s/ca, certFile: /s/crt, keyFile: /s/key, serverName: nats.example.com}\n  jsDomain: hub\n  inboxPrefix: _INBOX_relayd\n", ""},
+		{"user and password", "  userFile: /s/u\n  passwordFile: /s/p\n", ""},
+		{"creds and nkey", "  credentialsFile: /s/c\n  nkeySeedFile: /s/n\n",
+			"x:7: nats.nkeySeedFile: cannot be combined with nats.credentialsFile (set only one)"},
+		{"token and user", "  tokenFile: /s/t\n  userFile: /s/u\n  passwordFile: /s/p\n",
+			"x:7: nats.userFile: cannot be combined with nats.tokenFile (set only one)"},
+		{"nkey and password only", "  nkeySeedFile: /s/n\n  passwordFile: /s/p\n",
+			"x:7: nats.passwordFile: cannot be combined with nats.nkeySeedFile (set only one)\nx:3: nats.userFile: required with nats.passwordFile"},
+		{"user without password", "  userFile: /s/u\n", "x:3: nats.passwordFile: required with nats.userFile"},
+		{"cert without key", "  tls: {certFile: /s/crt}\n", "x:6: nats.tls.keyFile: required with nats.tls.certFile"},
+		{"key without cert", "  tls: {keyFile: /s/key}\n", "x:6: nats.tls.certFile: required with nats.tls.keyFile"},
+		{"bad server name", "  tls: {serverName: 'a b'}\n", `x:6: nats.tls.serverName: "a b" is not a valid host name`},
+		{"bad domain", "  jsDomain: a.b\n", `x:6: nats.jsDomain: "a.b" is not a valid JetStream domain (must be letters, digits, '_' and '-')`},
+		{"bad inbox prefix", "  inboxPrefix: '_INBOX.>'\n", `x:6: nats.inboxPrefix: "_INBOX.>" is not a valid inbox prefix (must be dot-separated tokens of letters, digits, '_' and '-', no wildcards)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(base+tt.nats), "x")
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("\n got: %s\nwant: %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// Credentials in a URL never reach an error message, even when the URL does
+// not parse or is part of a list with an empty entry.
+func TestURLCredentialsAreRedacted(t *testing.T) {
+	for _, url := range []string{
+		"nats://relayd:hunter2@h:4222,,nats://x",
+		"nats://relayd:hunter2@h:%zz",
+		"nats://hunter2@h:99999",
+		"ftp://relayd:hunter2@h",
+		"relayd:hunter2@h:4222",
+	} {
+		_, err := Parse([]byte("cluster: dev\nsources: [{name: p, apiVersion: v1, kind: Pod}]\nnats: {url: '"+url+"', stream: {name: K8S}}\n"), "x")
+		if err == nil {
+			t.Fatalf("%s: no error", url)
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: the error shows the secret: %v", url, err)
+		}
+		if !strings.Contains(err.Error(), "xxxxx") {
+			t.Errorf("%s: the error does not show where the secret was: %v", url, err)
+		}
+	}
+	for in, want := range map[string]string{
+		"nats://h:4222":         "nats://h:4222",
+		"nats://u:p@h:4222/x@y": "nats://u:xxxxx@h:4222/x@y",
+		"tok@h":                 "xxxxx@h",
+		" tls://a:b@c@h ":       " tls://a:xxxxx@h ",
+		"wss://h/path?user=a@b": "wss://h/path?user=a@b",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

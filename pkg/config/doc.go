@@ -34,22 +34,46 @@
 //   - url (required): server URL, or a comma-separated list of them. Each
 //     must be nats://, tls://, ws:// or wss:// with a host and an optional
 //     port, and must not carry credentials (use a file below).
-//   - credentialsFile (optional): path of a .creds file (JWT + nkey seed).
-//   - tokenFile (optional): path of a file holding a token. At most one of
-//     credentialsFile and tokenFile. Files are read when connecting, so
-//     their existence is not checked here.
+//   - Authentication, at most one of (none: no authentication), each the
+//     path of a file, never the secret itself: credentialsFile (a .creds
+//     file: user JWT + NKey seed, operator mode), nkeySeedFile (a user NKey
+//     seed), tokenFile (a token), userFile + passwordFile (a user name and
+//     its password, both or neither). Combining two is an error naming both
+//     keys. The files are read when relayd connects and again at every
+//     reconnect (a rotated Secret needs no restart; an NKey seed of another
+//     user does once connected), so their existence is not checked here; at
+//     run time a missing or unparsable file keeps relayd unready with an
+//     error naming the key and the path.
+//   - tls.caFile (default: the system roots): PEM bundle of the CAs of the
+//     server certificate. tls.certFile + tls.keyFile (both or neither): the
+//     PEM client certificate and key, for mTLS. tls.serverName (default: the
+//     URL host): the name the server certificate is checked against. Any
+//     tls key makes TLS required. The files are read at every TLS handshake.
+//   - jsDomain (default "": the local JetStream): the JetStream domain of
+//     the stream and bucket; letters, digits, '_', '-'.
+//   - inboxPrefix (default "_INBOX"): prefix of the reply subjects relayd
+//     subscribes to, so that permissions can grant "<inboxPrefix>.>"; tokens
+//     of letters, digits, '_', '-' joined by dots, no wildcards.
 //   - name (default "relayd"): client connection name.
 //   - publishTimeout (default 10s, > 0): wait for one PubAck.
 //   - maxInFlight (default 256, 1..65536): unacknowledged publishes per watch.
 //   - stream.name (required): JetStream stream; letters, digits, '_', '-'.
-//   - stream.create (default false): create or update the stream at start
-//     with subjects "<prefix>.<cluster>.>" and discard policy "new". The
-//     keys below configure that stream; they are validated either way.
-//   - stream.duplicateWindow (default 10m, >= 1m, <= maxAge when maxAge is
-//     set): must cover a restart or a leader hand-over.
+//   - stream.create (default false): create the stream when it is missing,
+//     with subjects "<prefix>.<cluster>.>", discard policy "new" and the keys
+//     below; on an existing stream, add "<prefix>.<cluster>.>" to its subjects
+//     when none captures it, and change nothing else (differences from the
+//     keys below are logged as warnings). With false the stream must exist
+//     and capture "<prefix>.<cluster>.>", or relayd stays unready saying why.
+//     An existing stream with a duplicate window under 1m keeps relayd
+//     unready either way. The keys below are validated either way.
+//   - stream.duplicateWindow (default 10m, >= 1m, <= maxAge): must cover a
+//     restart or a leader hand-over.
 //   - stream.replicas (default 1, 1..5).
 //   - stream.storage (default file): file or memory.
-//   - stream.maxAge (default 0 = unlimited, >= 0).
+//   - stream.maxAge (default 168h, >= 0; 0 takes the default): a consumer
+//     down longer misses the messages that expired meanwhile (the stream's
+//     first sequence tells it so). For no age limit, create the stream
+//     yourself: relayd leaves an existing stream's limits alone.
 //   - stream.maxBytes (default -1 = unlimited; -1, 0 or positive, where 0
 //     means the default).
 //   - index.bucket (default "relayd-index-<cluster>"): the JetStream

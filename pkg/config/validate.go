@@ -173,7 +173,9 @@ func (v *validator) nats(n *NATS) {
 		v.add("nats.url", "required")
 	} else {
 		empty := false
+		var redacted []string
 		for u := range strings.SplitSeq(n.URL, ",") {
+			redacted = append(redacted, RedactURL(u))
 			u = strings.TrimSpace(u)
 			if u == "" {
 				empty = true
@@ -184,12 +186,10 @@ func (v *validator) nats(n *NATS) {
 			}
 		}
 		if empty {
-			v.add("nats.url", "empty entry in the comma-separated list %q", n.URL)
+			v.add("nats.url", "empty entry in the comma-separated list %q", strings.Join(redacted, ","))
 		}
 	}
-	if n.CredentialsFile != "" && n.TokenFile != "" {
-		v.add("nats.tokenFile", "cannot be combined with nats.credentialsFile (set only one)")
-	}
+	v.natsAuth(n)
 	v.positive("nats.publishTimeout", n.PublishTimeout)
 	v.intRange("nats.maxInFlight", n.MaxInFlight, 1, 65536)
 
@@ -210,7 +210,7 @@ func (v *validator) nats(n *NATS) {
 		v.add("nats.stream.storage", "%q is not a valid storage type (must be file or memory)", s.Storage)
 	}
 	if s.MaxAge < 0 {
-		v.add("nats.stream.maxAge", "must not be negative (0 is unlimited), got %s", s.MaxAge)
+		v.add("nats.stream.maxAge", "must not be negative (0 takes the default, 168h), got %s", s.MaxAge)
 	}
 	if s.MaxBytes < -1 {
 		v.add("nats.stream.maxBytes", "must be -1 (unlimited) or positive, got %d", s.MaxBytes)
@@ -226,41 +226,111 @@ func (v *validator) nats(n *NATS) {
 	}
 }
 
-// checkNATSURL returns what is wrong with one server URL, or "".
+// authKeys are the nats keys that each select a way of authenticating, in
+// the order they are reported.
+var authKeys = []string{"credentialsFile", "nkeySeedFile", "tokenFile", "userFile"}
+
+// natsAuth checks that at most one way of authenticating is set and that
+// the keys that go in pairs are given together.
+func (v *validator) natsAuth(n *NATS) {
+	set := map[string]bool{
+		"credentialsFile": n.CredentialsFile != "",
+		"nkeySeedFile":    n.NkeySeedFile != "",
+		"tokenFile":       n.TokenFile != "",
+		"userFile":        n.UserFile != "" || n.PasswordFile != "",
+	}
+	first := ""
+	for _, k := range authKeys {
+		if !set[k] {
+			continue
+		}
+		if first == "" {
+			first = k
+			continue
+		}
+		key := k
+		if k == "userFile" && n.UserFile == "" {
+			key = "passwordFile"
+		}
+		v.add("nats."+key, "cannot be combined with nats.%s (set only one)", first)
+	}
+	v.pair("nats.userFile", n.UserFile, "nats.passwordFile", n.PasswordFile)
+	t := &n.TLS
+	v.pair("nats.tls.certFile", t.CertFile, "nats.tls.keyFile", t.KeyFile)
+	if t.ServerName != "" && strings.ContainsFunc(t.ServerName, func(r rune) bool { return r <= ' ' || r == '/' || r == 0x7f }) {
+		v.add("nats.tls.serverName", "%q is not a valid host name", t.ServerName)
+	}
+	if n.JSDomain != "" && !isToken(n.JSDomain) {
+		v.add("nats.jsDomain", "%q is not a valid JetStream domain (must be letters, digits, '_' and '-')", n.JSDomain)
+	}
+	if n.InboxPrefix != "" && !isSubjectPrefix(n.InboxPrefix) {
+		v.add("nats.inboxPrefix", "%q is not a valid inbox prefix (must be dot-separated tokens of letters, digits, '_' and '-', no wildcards)", n.InboxPrefix)
+	}
+}
+
+// pair reports a key given without its partner: each names the other.
+func (v *validator) pair(keyA, a, keyB, b string) {
+	switch {
+	case a != "" && b == "":
+		v.add(keyB, "required with %s", keyA)
+	case a == "" && b != "":
+		v.add(keyA, "required with %s", keyB)
+	}
+}
+
+// checkNATSURL returns what is wrong with one server URL, or "". The URL is
+// echoed with any credentials in it redacted.
 func checkNATSURL(raw string) string {
+	shown := RedactURL(raw)
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" {
-		return fmt.Sprintf("%q is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])", raw)
+		return fmt.Sprintf("%q is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])", shown)
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "nats", "tls", "ws", "wss":
 	default:
-		return fmt.Sprintf("%q is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])", raw)
+		return fmt.Sprintf("%q is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])", shown)
 	}
 	if u.User != nil {
-		return fmt.Sprintf("%q contains credentials (use nats.credentialsFile or nats.tokenFile)", redact(u))
+		return fmt.Sprintf("%q contains credentials (use nats.credentialsFile, nats.nkeySeedFile, nats.tokenFile or nats.userFile)", shown)
 	}
 	if u.Hostname() == "" {
-		return fmt.Sprintf("%q has no host", raw)
+		return fmt.Sprintf("%q has no host", shown)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Sprintf("%q has an invalid port", raw)
+			return fmt.Sprintf("%q has an invalid port", shown)
 		}
 	}
 	return ""
 }
 
-// redact hides the password (or token) of a URL so that it is not echoed
-// into logs.
-func redact(u *url.URL) string {
-	c := *u
-	if _, ok := c.User.Password(); ok {
-		c.User = url.UserPassword(c.User.Username(), "xxxxx")
-	} else {
-		c.User = url.User("xxxxx")
+// RedactURL returns raw with the user information of a URL (a token, or a
+// user and password) replaced by "xxxxx", so that it can be echoed in
+// errors and logs; it works on text that does not parse as a URL too.
+// Everything else is kept.
+func RedactURL(raw string) string {
+	rest, scheme := raw, ""
+	if i := strings.Index(raw, "://"); i >= 0 {
+		scheme, rest = raw[:i+3], raw[i+3:]
 	}
-	return c.String()
+	// The authority ends at the first '/', '?' or '#'; user information is
+	// what comes before its last '@'.
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return raw
+	}
+	user := rest[:at]
+	if name, _, ok := strings.Cut(user, ":"); ok {
+		user = name + ":xxxxx"
+	} else {
+		user = "xxxxx"
+	}
+	return scheme + user + rest[at:]
 }
 
 func (v *validator) checkpoint(c *Checkpoint) {

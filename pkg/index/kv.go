@@ -46,6 +46,8 @@ type Bucket struct {
 	name    string
 	subjPre string
 	ttl     string // Nats-TTL of delete markers; "" when the bucket has no per-message TTL
+	// warnings about settings that differ from a bucket relayd creates
+	warnings []string
 }
 
 // ErrBucketNotFound is returned by Open when the bucket does not exist and
@@ -86,15 +88,46 @@ func Open(ctx context.Context, js jetstream.JetStream, o BucketOptions) (*Bucket
 	if err != nil {
 		return nil, fmt.Errorf("index bucket %q: status: %w", o.Name, err)
 	}
-	if s, ok := st.(*jetstream.KeyValueBucketStatus); ok && s.StreamInfo().Config.AllowMsgTTL {
-		ttl := s.StreamInfo().Config.SubjectDeleteMarkerTTL
-		if ttl <= 0 {
-			ttl = DefaultMarkerTTL
+	if s, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		cfg := s.StreamInfo().Config
+		if cfg.AllowMsgTTL {
+			ttl := cfg.SubjectDeleteMarkerTTL
+			if ttl <= 0 {
+				ttl = DefaultMarkerTTL
+			}
+			b.ttl = ttl.String()
 		}
-		b.ttl = ttl.String()
+		b.warnings = checkBucket(cfg, o)
 	}
 	return b, nil
 }
+
+// checkBucket names each setting of an existing bucket that differs from
+// what relayd would create. relayd never changes a bucket it finds.
+func checkBucket(cfg jetstream.StreamConfig, o BucketOptions) []string {
+	var out []string
+	differs := func(field, found, configured, why string) {
+		s := fmt.Sprintf("index bucket %s: %s is %s, relayd creates it with %s (left as found)", o.Name, field, found, configured)
+		if why != "" {
+			s += ": " + why
+		}
+		out = append(out, s)
+	}
+	if cfg.MaxMsgsPerSubject != 1 {
+		differs("history", strconv.FormatInt(cfg.MaxMsgsPerSubject, 10), "1", "every older value of every key is kept, for nothing")
+	}
+	if r := max(o.Replicas, 1); cfg.Replicas != r {
+		differs("replicas", strconv.Itoa(cfg.Replicas), strconv.Itoa(r)+" (nats.index.replicas)", "")
+	}
+	if cfg.Storage != o.Storage {
+		differs("storage", cfg.Storage.String(), o.Storage.String()+" (nats.index.storage)", "")
+	}
+	return out
+}
+
+// Warnings name the settings of the bucket that differ from those relayd
+// creates it with.
+func (b *Bucket) Warnings() []string { return b.warnings }
 
 // Name is the bucket name.
 func (b *Bucket) Name() string { return b.name }

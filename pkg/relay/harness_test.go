@@ -123,7 +123,9 @@ type fixture struct {
 	cfgYAML string
 }
 
-func newFixture(t *testing.T, e *testenv.Env, n *testenv.NATS, sources string) *fixture {
+// newFixture makes a namespace, a stream name and a config for one test;
+// adminOpts are how the test itself connects to n (credentials, TLS).
+func newFixture(t *testing.T, e *testenv.Env, n *testenv.NATS, sources string, adminOpts ...nats.Option) *fixture {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 40 {
@@ -140,7 +142,7 @@ func newFixture(t *testing.T, e *testenv.Env, n *testenv.NATS, sources string) *
 	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(n.URL(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, adminOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +161,22 @@ func newFixture(t *testing.T, e *testenv.Env, n *testenv.NATS, sources string) *
 	}
 	f.cfgYAML = b.String()
 	return f
+}
+
+// setNATS adds YAML lines (indented by two, under nats:) to the config.
+func (f *fixture) setNATS(lines string) {
+	f.t.Helper()
+	i := strings.Index(f.cfgYAML, "\n  publishTimeout:")
+	if i < 0 {
+		f.t.Fatalf("no nats block in\n%s", f.cfgYAML)
+	}
+	f.cfgYAML = f.cfgYAML[:i+1] + strings.TrimRight(lines, "\n") + f.cfgYAML[i:]
+}
+
+// useStream makes the fixture publish to (and read) stream name.
+func (f *fixture) useStream(name string) {
+	f.cfgYAML = strings.Replace(f.cfgYAML, "    name: "+f.stream+"\n", "    name: "+name+"\n", 1)
+	f.stream = name
 }
 
 func (f *fixture) config() *config.Config {

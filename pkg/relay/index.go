@@ -50,6 +50,9 @@ func (r *relay) openIndex(ctx context.Context) {
 				r.log.Warn("the index bucket does not allow per-message TTLs: every deleted object leaves a small delete marker in it for good (create the bucket with a limit marker TTL, or let relayd create it)",
 					zap.String("bucket", b.Name()))
 			}
+			for _, msg := range b.Warnings() {
+				r.log.Warn("index bucket setting differs from the config", zap.String("bucket", b.Name()), zap.String("finding", msg))
+			}
 			r.log.Info("index bucket ready", zap.String("bucket", b.Name()))
 			r.bucket.Store(b)
 			return

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -39,7 +38,9 @@ import (
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/metrics"
+	"github.com/relayd/relayd/pkg/natsconn"
 	"github.com/relayd/relayd/pkg/sink"
+	"github.com/relayd/relayd/pkg/stream"
 )
 
 // Options are Run's dependencies.
@@ -87,6 +88,7 @@ type relay struct {
 	cfg    *config.Config
 	log    *zap.Logger
 	m      *metrics.Metrics
+	natsc  *natsconn.Conn // set before HTTP serves: /readyz asks it why NATS is not connected
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	store  *checkpoint.Store
@@ -104,6 +106,7 @@ type relay struct {
 	indexErr      atomic.Value                 // string: why it is not (yet)
 	failed        chan error                   // a fatal error (IndexCheck); Run stops
 	shardErr      atomic.Value                 // string: why sharding has not started ("" once it has)
+	streamErr     atomic.Value                 // string: why the stream is not usable ("" when it is)
 }
 
 // Run runs relayd until ctx is cancelled, then shuts down gracefully. It
@@ -119,6 +122,19 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("relay: register metrics: %w", err)
 	}
 	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]*watch{}}
+	r.streamErr.Store("checking")
+	for i := range r.cfg.Sources {
+		r.m.InitSource(r.cfg.Sources[i].Name)
+	}
+	r.natsc, err = natsconn.New(natsconn.Options{
+		Config: &r.cfg.NATS, Logger: r.log,
+		OnConnected: func(up bool) { r.m.NATSConnected.Set(map[bool]float64{true: 1}[up]) },
+		// Publishes made while disconnected wait here for the reconnect.
+		Extra: []nats.Option{nats.ReconnectBufSize(64 << 20)},
+	})
+	if err != nil {
+		return err
+	}
 
 	// HTTP first, so /healthz answers while we connect.
 	srv, err := r.serveHTTP()
@@ -130,10 +146,15 @@ func Run(ctx context.Context, o Options) error {
 	if err := r.connectKube(); err != nil {
 		return err
 	}
-	if err := r.connectNATS(); err != nil {
-		return err
+	// NATS down or refusing relayd at start: retry (unready, saying why),
+	// not a crash loop. SIGTERM meanwhile is a clean stop.
+	if r.nc, err = r.natsc.Dial(ctx); err != nil {
+		return nil
 	}
 	defer r.nc.Close()
+	if err := r.jetStream(); err != nil {
+		return err
+	}
 
 	s, err := sink.New(sink.Options{
 		JetStream: r.js, Logger: r.log.Named("sink"), Metrics: m, MaxInFlight: r.cfg.NATS.MaxInFlight,
@@ -147,14 +168,13 @@ func Run(ctx context.Context, o Options) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	var bg sync.WaitGroup
-	bg.Go(func() { r.ensureStream(runCtx) })
+	bg.Go(func() { r.watchStream(runCtx) })
 	bg.Go(func() { r.openIndex(runCtx) })
 	bg.Go(func() { r.loadCheckpoints(runCtx) })
 	srcCtx, stopSources := context.WithCancel(runCtx)
 	var sources sync.WaitGroup
 	if r.cfg.Sharding.Enabled {
 		for i := range r.cfg.Sources {
-			r.m.InitSource(r.cfg.Sources[i].Name)
 			r.m.SourceLeader.WithLabelValues(r.cfg.Sources[i].Name).Set(0)
 		}
 		r.shardErr.Store("starting")
@@ -164,7 +184,6 @@ func Run(ctx context.Context, o Options) error {
 		// before the readiness loop starts, so readiness waits for all.
 		for i := range r.cfg.Sources {
 			src := &r.cfg.Sources[i]
-			r.m.InitSource(src.Name)
 			r.m.SourceLeader.WithLabelValues(src.Name).Set(1)
 			ws := r.newWatches(src)
 			r.setActive(src.Name, ws)
@@ -291,99 +310,84 @@ func (r *relay) connectKube() error {
 	return nil
 }
 
-func (r *relay) connectNATS() error {
+// jetStream sets r.js: the JetStream API in the configured domain.
+func (r *relay) jetStream() error {
 	n := r.cfg.NATS
-	opts := []nats.Option{
-		nats.Name(n.Name),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		nats.RetryOnFailedConnect(true), // NATS down at start: connect in the background, not a crash loop
-		nats.ReconnectBufSize(64 << 20),
-		nats.ConnectHandler(func(c *nats.Conn) {
-			r.m.NATSConnected.Set(1)
-			r.log.Info("connected to NATS", zap.String("url", c.ConnectedUrlRedacted()))
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			r.m.NATSConnected.Set(1)
-			r.log.Info("reconnected to NATS", zap.String("url", c.ConnectedUrlRedacted()))
-		}),
-		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
-			r.m.NATSConnected.Set(0)
-			if c.IsClosed() {
-				return // our own Close at shutdown, not an outage
-			}
-			r.log.Warn("disconnected from NATS; publishes are held back until it returns", zap.Error(err))
-		}),
-		nats.ClosedHandler(func(*nats.Conn) { r.m.NATSConnected.Set(0) }),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			r.log.Warn("NATS async error", zap.Error(err))
-		}),
-	}
-	if n.CredentialsFile != "" {
-		opts = append(opts, nats.UserCredentials(n.CredentialsFile))
-	}
-	if n.TokenFile != "" {
-		tok, err := os.ReadFile(n.TokenFile)
-		if err != nil {
-			return fmt.Errorf("relay: nats.tokenFile: %w", err)
-		}
-		opts = append(opts, nats.Token(strings.TrimSpace(string(tok))))
-	}
-	nc, err := nats.Connect(strings.Join(n.URLs(), ","), opts...)
-	if err != nil {
-		return fmt.Errorf("relay: nats.url: %w", err)
-	}
-	if nc.IsConnected() {
-		r.m.NATSConnected.Set(1)
-	}
-	js, err := jetstream.New(nc,
+	js, err := natsconn.JetStream(r.nc, &r.cfg.NATS,
 		jetstream.WithPublishAsyncTimeout(n.PublishTimeout.Duration()),
 		jetstream.WithPublishAsyncMaxPending(max(4096, n.MaxInFlight*(len(r.cfg.Sources)+1)*4)),
 	)
 	if err != nil {
-		nc.Close()
 		return fmt.Errorf("relay: jetstream: %w", err)
 	}
-	r.nc, r.js = nc, js
+	r.js = js
 	return nil
 }
 
-// ensureStream creates or updates the stream when configured, retrying
-// until it succeeds (NATS may not be up yet).
-func (r *relay) ensureStream(ctx context.Context) {
+// streamCheckInterval is how often the stream is looked at again: an
+// administrator may fix (or break) it while relayd runs, and another relayd
+// sharing it may have replaced its subjects.
+const streamCheckInterval = 30 * time.Second
+
+// watchStream makes sure the stream exists and captures relayd's subjects
+// (see package stream), at start and every streamCheckInterval; until it
+// does, relayd is unready with the reason. Warnings are logged when they
+// first appear.
+func (r *relay) watchStream(ctx context.Context) {
 	s := r.cfg.NATS.Stream
-	if !s.Create {
-		return
-	}
 	storage := jetstream.FileStorage
 	if s.Storage == config.StorageMemory {
 		storage = jetstream.MemoryStorage
 	}
-	sc := jetstream.StreamConfig{
-		Name:       s.Name,
-		Subjects:   []string{r.cfg.StreamSubject()},
-		Storage:    storage,
-		Replicas:   s.Replicas,
-		Duplicates: s.DuplicateWindow.Duration(),
-		MaxAge:     s.MaxAge.Duration(),
-		MaxBytes:   s.MaxBytes,
-		Discard:    jetstream.DiscardNew, // a full stream stalls relayd; it never silently drops
+	want := stream.Want{
+		Name: s.Name, Subject: r.cfg.StreamSubject(), Create: s.Create,
+		DuplicateWindow: s.DuplicateWindow.Duration(), Replicas: s.Replicas, Storage: storage,
+		MaxAge: s.MaxAge.Duration(), MaxBytes: s.MaxBytes,
 	}
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 30 * time.Second}
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: streamCheckInterval}
+	var lastErr, lastWarn string
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := r.js.CreateOrUpdateStream(cctx, sc)
+		res, err := stream.Ensure(cctx, r.js, want)
 		cancel()
-		if err == nil {
-			r.log.Info("stream ready", zap.String("stream", s.Name), zap.Strings("subjects", sc.Subjects),
-				zap.Duration("duplicateWindow", sc.Duplicates))
-			return
+		reason := res.Blocker
+		if err != nil {
+			reason = err.Error()
 		}
-		r.log.Warn("cannot create or update the stream; retrying", zap.String("stream", s.Name), zap.Error(err))
+		// While the stream is not usable, look again soon: an administrator
+		// is probably fixing it.
+		next := streamCheckInterval
+		if reason != "" {
+			next = backoff.Step()
+		} else {
+			backoff.Duration = 500 * time.Millisecond
+		}
+		r.streamErr.Store(reason)
+		switch {
+		case reason != "" && reason != lastErr:
+			r.log.Error("the stream is not usable; relayd stays unready", zap.String("stream", s.Name), zap.String("reason", reason))
+		case reason == "" && lastErr != "":
+			r.log.Info("the stream is usable again", zap.String("stream", s.Name))
+		}
+		lastErr = reason
+		if res.Created {
+			r.log.Info("stream created", zap.String("stream", s.Name), zap.Strings("subjects", res.Found.Subjects),
+				zap.Duration("maxAge", res.Found.MaxAge), zap.Duration("duplicateWindow", res.Found.Duplicates))
+		}
+		if res.Updated {
+			r.log.Info("added relayd's subject to the stream; nothing else of it was changed", zap.String("stream", s.Name),
+				zap.String("subject", want.Subject), zap.Strings("subjects", res.Found.Subjects))
+		}
+		if w := strings.Join(res.Warnings, "\n"); err == nil && w != lastWarn {
+			for _, msg := range res.Warnings {
+				r.log.Warn("stream setting differs from the config", zap.String("stream", s.Name), zap.String("finding", msg))
+			}
+			lastWarn = w
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff.Step()):
+		case <-time.After(next):
 		}
 	}
 }
@@ -460,11 +464,14 @@ func (r *relay) readinessLoop(ctx context.Context) {
 }
 
 func (r *relay) notReadyReason() string {
+	if why := r.natsc.Reason(); why != "" {
+		return "NATS not connected: " + why
+	}
 	if !r.checkpointsOK.Load() {
 		return "checkpoints not loaded"
 	}
-	if r.nc == nil || !r.nc.IsConnected() {
-		return "NATS not connected"
+	if why, _ := r.streamErr.Load().(string); why != "" {
+		return "stream not usable: " + why
 	}
 	if msg, _ := r.shardErr.Load().(string); msg != "" {
 		return "sharding not started: " + msg

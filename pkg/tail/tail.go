@@ -1,5 +1,12 @@
 // Package tail prints relayd's events as they arrive on NATS, one readable
 // line each: the operator's view of what relayd publishes.
+//
+// Run connects with Options.URL and Options.NATSOptions, which carry
+// everything else about the connection (TLS, authentication, inbox prefix:
+// `relayd tail -c` passes those of the config's nats block, from
+// pkg/natsconn), and reaches JetStream through Options.JetStream (the
+// configured JetStream domain). A failed first connection is a
+// *ConnectError, whose message never shows the credentials a URL may hold.
 package tail
 
 import (
@@ -14,23 +21,54 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 )
 
 // Options configures Run.
 type Options struct {
-	URL     string // NATS server URL(s)
-	Subject string // subject filter, e.g. "k8s.>"
+	// URL is the NATS server URL, or a comma-separated list of them.
+	URL string
+	// Subject is the subject filter, e.g. "k8s.>"; default ">".
+	Subject string
 	// Stream, when set, replays the stream from its first message (an
 	// ordered consumer) before following new ones; otherwise only events
 	// published from now on are shown (a plain subscription).
 	Stream string
 	// Count stops after this many events (0 = until ctx ends).
 	Count int
-	Out   io.Writer
-	// NATSOptions are extra connection options (credentials).
+	// Out receives one line per event. Required.
+	Out io.Writer
+	// NATSOptions are extra connection options (TLS, authentication, inbox
+	// prefix), applied after Run's own (client name, reconnect forever).
 	NATSOptions []nats.Option
+	// JetStream returns the JetStream API used to replay Stream, e.g. in a
+	// JetStream domain (natsconn.JetStream); default jetstream.New.
+	JetStream func(*nats.Conn) (jetstream.JetStream, error)
 }
+
+// ConnectError is Run's error when the first connection to NATS fails.
+type ConnectError struct {
+	URL string // as given in Options.URL
+	Err error  // from nats.Connect
+}
+
+// Error names the URL as RedactedURL does.
+func (e *ConnectError) Error() string {
+	return fmt.Sprintf("tail: connect to %s: %v", e.RedactedURL(), e.Err)
+}
+
+// RedactedURL is URL with the user information (a token, or a user and
+// password) of each of its comma-separated URLs replaced by "xxxxx".
+func (e *ConnectError) RedactedURL() string {
+	urls := strings.Split(e.URL, ",")
+	for i, u := range urls {
+		urls[i] = config.RedactURL(strings.TrimSpace(u))
+	}
+	return strings.Join(urls, ",")
+}
+
+func (e *ConnectError) Unwrap() error { return e.Err }
 
 // Run prints events until ctx ends or Count events were printed.
 func Run(ctx context.Context, o Options) error {
@@ -42,14 +80,18 @@ func Run(ctx context.Context, o Options) error {
 	}
 	nc, err := nats.Connect(o.URL, append([]nats.Option{nats.Name("relayd-tail"), nats.MaxReconnects(-1)}, o.NATSOptions...)...)
 	if err != nil {
-		return fmt.Errorf("tail: connect to %s: %w", o.URL, err)
+		return &ConnectError{URL: o.URL, Err: err}
 	}
 	defer nc.Close()
 	msgs := make(chan *nats.Msg, 1024)
 	if o.Stream != "" {
-		js, err := jetstream.New(nc)
+		newJS := o.JetStream
+		if newJS == nil {
+			newJS = func(nc *nats.Conn) (jetstream.JetStream, error) { return jetstream.New(nc) }
+		}
+		js, err := newJS(nc)
 		if err != nil {
-			return err
+			return fmt.Errorf("tail: JetStream: %w", err)
 		}
 		cons, err := js.OrderedConsumer(ctx, o.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{o.Subject}})
 		if err != nil {

@@ -3,6 +3,7 @@ package tail
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +88,59 @@ func TestRunReplaysTheStream(t *testing.T) {
 	}
 	if s := Format("k8s.dev.x", nil, []byte("not json")); !strings.Contains(s, "undecodable message on k8s.dev.x") {
 		t.Errorf("undecodable: %s", s)
+	}
+}
+
+// Options.JetStream chooses the JetStream API Run replays the stream
+// through (here one in the server's domain); a failed connection is a
+// *ConnectError that never shows a URL's credentials.
+func TestRunJetStreamOptionAndConnectError(t *testing.T) {
+	n := testenv.NATST(t, testenv.NATSOptions{JetStreamDomain: "hub"})
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.NewWithDomain(nc, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "K8S", Subjects: []string{"k8s.dev.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	enc, err := event.NewEncoder(event.EncoderOptions{Prefix: "k8s", Cluster: "dev", Source: "cms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := enc.Control(event.SyncEvent{Namespace: "ns", Epoch: 1, Reason: "initial", Time: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)})
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: m.Subject, Header: nats.Header(m.Header), Data: m.Data}); err != nil {
+		t.Fatal(err)
+	}
+	inDomain := func(domain string) func(*nats.Conn) (jetstream.JetStream, error) {
+		return func(nc *nats.Conn) (jetstream.JetStream, error) { return jetstream.NewWithDomain(nc, domain) }
+	}
+
+	var out bytes.Buffer
+	if err := Run(ctx, Options{URL: n.URL(), Subject: "k8s.dev.>", Stream: "K8S", Count: 1, Out: &out, JetStream: inDomain("hub")}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "10:00:00.000  sync.started    source=cms namespace=ns epoch=1 reason=initial"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("output %q, want %q…", out.String(), want)
+	}
+	err = Run(ctx, Options{URL: n.URL(), Stream: "K8S", Count: 1, Out: &out, JetStream: inDomain("elsewhere")})
+	if !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("another domain: %v, want no responders", err)
+	}
+
+	err = Run(ctx, Options{URL: "nats://relayd:s3cret@127.0.0.1:1, nats://t0ken@127.0.0.1:2", Out: &out})
+	var ce *ConnectError
+	if !errors.As(err, &ce) || !errors.Is(err, nats.ErrNoServers) {
+		t.Fatalf("closed ports: %v, want a *ConnectError", err)
+	}
+	if want := "nats://relayd:xxxxx@127.0.0.1:1,nats://xxxxx@127.0.0.1:2"; ce.RedactedURL() != want || !strings.Contains(err.Error(), want) ||
+		strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "t0ken") {
+		t.Errorf("error %q, want the URLs as %s", err, want)
 	}
 }

@@ -1,0 +1,453 @@
+// Package natsconn connects relayd (and `relayd tail`) to NATS with the
+// settings of the config's nats block: servers, TLS, authentication,
+// JetStream domain and inbox prefix.
+//
+// Every secret is a file. The files are read when a connection is made and
+// again at every reconnect (nats.go calls back for the TLS certificates and
+// CAs, the token, the user and password, the JWT and the nonce signature),
+// so a rotated Kubernetes Secret is picked up without a restart. An error
+// reading or parsing a file names the config key and the path.
+//
+// Dial keeps trying until the first connection succeeds, building the
+// options anew at each attempt (so that a seed of another NKey user, or a
+// file that appears late, is used); Reason says meanwhile why relayd is not
+// connected, naming the setting and the server's answer.
+package natsconn
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/relayd/relayd/pkg/config"
+)
+
+// Options configures a Conn.
+type Options struct {
+	// Config is the nats block (validated). Required.
+	Config *config.NATS
+	// Name is the client connection name; default Config.Name.
+	Name string
+	// Logger receives connection state changes; default: none.
+	Logger *zap.Logger
+	// OnConnected, if set, is called with true on every (re)connection and
+	// false on every disconnection (relayd_nats_connected).
+	OnConnected func(bool)
+	// Extra options are applied after the config's (buffer sizes, timeouts).
+	Extra []nats.Option
+}
+
+// Conn dials NATS and reports why it is not connected.
+type Conn struct {
+	o   Options
+	log *zap.Logger
+
+	nc     atomic.Pointer[nats.Conn]
+	reason atomic.Value // string: why not connected; "" once connected
+
+	// The last error logged, so that a failure that repeats at every
+	// attempt is logged when it starts and when it changes, not each time.
+	mu      sync.Mutex
+	lastLog string
+	repeats int
+}
+
+// New returns a Conn; it does no I/O.
+func New(o Options) (*Conn, error) {
+	if o.Config == nil {
+		return nil, errors.New("natsconn: Options.Config is required")
+	}
+	if o.Name == "" {
+		o.Name = o.Config.Name
+	}
+	c := &Conn{o: o, log: o.Logger}
+	if c.log == nil {
+		c.log = zap.NewNop()
+	}
+	c.reason.Store("connecting")
+	return c, nil
+}
+
+// Dial connects, retrying with backoff until it succeeds or ctx ends (then
+// it returns ctx's error). Each attempt reads the files anew. Once
+// connected, nats.go reconnects by itself, forever, calling back for the
+// files at every reconnect.
+func (c *Conn) Dial(ctx context.Context) (*nats.Conn, error) {
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
+	for {
+		nc, err := c.dialOnce()
+		if err == nil {
+			c.nc.Store(nc)
+			c.setReason("")
+			c.logOK("connected to NATS", zap.String("url", nc.ConnectedUrlRedacted()))
+			return nc, nil
+		}
+		c.fail("cannot connect to NATS; retrying", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// Reason is "" while connected, else why not: the last connection error,
+// naming the setting involved.
+func (c *Conn) Reason() string {
+	if nc := c.nc.Load(); nc != nil && nc.IsConnected() {
+		return ""
+	}
+	s, _ := c.reason.Load().(string)
+	if s == "" {
+		return "reconnecting"
+	}
+	return s
+}
+
+func (c *Conn) setReason(s string) { c.reason.Store(s) }
+
+// fail records err as the reason and logs it when it is new.
+func (c *Conn) fail(msg string, err error) {
+	s := Explain(c.o.Config, err)
+	c.setReason(s)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s == c.lastLog {
+		c.repeats++
+		return
+	}
+	c.lastLog, c.repeats = s, 0
+	c.log.Error(msg, zap.String("error", s))
+}
+
+// logOK logs a success, with how often the previous failure repeated.
+func (c *Conn) logOK(msg string, fields ...zap.Field) {
+	c.mu.Lock()
+	if c.lastLog != "" {
+		fields = append(fields, zap.String("after", c.lastLog), zap.Int("repeats", c.repeats))
+	}
+	c.lastLog, c.repeats = "", 0
+	c.mu.Unlock()
+	c.log.Info(msg, fields...)
+}
+
+func (c *Conn) connected(v bool) {
+	if c.o.OnConnected != nil {
+		c.o.OnConnected(v)
+	}
+}
+
+// dialOnce makes one connection attempt over every server of the list.
+func (c *Conn) dialOnce() (*nats.Conn, error) {
+	opts, err := ClientOptions(c.o.Config)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts,
+		nats.Name(c.o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		// A refused credential is retried like any other failure: the Secret
+		// may be fixed meanwhile (nats.go gives up after two by default).
+		nats.IgnoreAuthErrorAbort(),
+		nats.ConnectHandler(func(*nats.Conn) { c.connected(true) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			c.connected(true)
+			c.setReason("")
+			c.logOK("reconnected to NATS", zap.String("url", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			c.fail("cannot reconnect to NATS; retrying", err)
+		}),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			c.connected(false)
+			if nc.IsClosed() {
+				return // our own Close at shutdown, not an outage
+			}
+			if err == nil {
+				err = errors.New("disconnected")
+			}
+			c.setReason(Explain(c.o.Config, err))
+			c.log.Warn("disconnected from NATS; publishes are held back until it returns", zap.Error(err))
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { c.connected(false) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			c.log.Warn("NATS async error", zap.Error(err))
+		}),
+	)
+	opts = append(opts, c.o.Extra...)
+	nc, err := nats.Connect(strings.Join(c.o.Config.URLs(), ","), opts...)
+	if err != nil {
+		return nil, err
+	}
+	c.connected(true)
+	return nc, nil
+}
+
+// JetStream returns the JetStream API of nc in the configured domain.
+func JetStream(nc *nats.Conn, n *config.NATS, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+	if n.JSDomain != "" {
+		return jetstream.NewWithDomain(nc, n.JSDomain, opts...)
+	}
+	return jetstream.New(nc, opts...)
+}
+
+// ClientOptions are the nats.go options of the nats block: TLS,
+// authentication and inbox prefix. Each file is read when nats.go connects
+// or reconnects; ClientOptions itself reads them once, so that a missing or
+// unparsable file is an error here, naming the key and the path.
+func ClientOptions(n *config.NATS) ([]nats.Option, error) {
+	var opts []nats.Option
+	if n.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(n.InboxPrefix))
+	}
+	if n.TLS.Enabled() {
+		o, err := tlsOption(&n.TLS)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, o)
+	}
+	switch {
+	case n.CredentialsFile != "":
+		user, sign := credsHandlers(n.CredentialsFile)
+		if _, err := user(); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserJWT(user, sign))
+	case n.NkeySeedFile != "":
+		kp, err := readSeed(n.NkeySeedFile)
+		if err != nil {
+			return nil, err
+		}
+		pub, err := kp.PublicKey()
+		kp.Wipe()
+		if err != nil {
+			return nil, fmt.Errorf("nats.nkeySeedFile %s: %w", n.NkeySeedFile, err)
+		}
+		opts = append(opts, nats.Nkey(pub, nkeySigner(n.NkeySeedFile, pub)))
+	case n.TokenFile != "":
+		if _, err := readSecret("nats.tokenFile", n.TokenFile); err != nil {
+			return nil, err
+		}
+		// nats.go's callback cannot return an error: an unreadable file
+		// sends no token, and the server's refusal is what is reported.
+		opts = append(opts, nats.TokenHandler(func() string {
+			tok, _ := readSecret("nats.tokenFile", n.TokenFile)
+			return tok
+		}))
+	case n.UserFile != "":
+		if _, err := readSecret("nats.userFile", n.UserFile); err != nil {
+			return nil, err
+		}
+		if _, err := readSecret("nats.passwordFile", n.PasswordFile); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserInfoHandler(func() (string, string) {
+			user, _ := readSecret("nats.userFile", n.UserFile)
+			pass, _ := readSecret("nats.passwordFile", n.PasswordFile)
+			return user, pass
+		}))
+	}
+	return opts, nil
+}
+
+// readSecret reads a one-line secret file, trimmed of surrounding space.
+func readSecret(key, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", key, err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s %s: the file is empty", key, path)
+	}
+	return s, nil
+}
+
+func readSeed(path string) (nkeys.KeyPair, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("nats.nkeySeedFile: %w", err)
+	}
+	kp, err := nkeys.ParseDecoratedNKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("nats.nkeySeedFile %s: not an NKey seed: %w", path, err)
+	}
+	return kp, nil
+}
+
+// nkeySigner signs the server's nonce with the seed read anew from path.
+// The public key was sent with the connection's options: a seed of another
+// user cannot be used by this connection, only by a new one (Dial, or a
+// restart once connected), and says so.
+func nkeySigner(path, pub string) nats.SignatureHandler {
+	return func(nonce []byte) ([]byte, error) {
+		kp, err := readSeed(path)
+		if err != nil {
+			return nil, err
+		}
+		defer kp.Wipe()
+		if p, err := kp.PublicKey(); err != nil || p != pub {
+			return nil, fmt.Errorf("nats.nkeySeedFile %s: now holds the seed of user %s, but this connection was made as %s; restart relayd to use it", path, p, pub)
+		}
+		return kp.Sign(nonce)
+	}
+}
+
+// credsHandlers return the JWT and the nonce signer of a .creds file, each
+// reading the file anew.
+func credsHandlers(path string) (nats.UserJWTHandler, nats.SignatureHandler) {
+	read := func() ([]byte, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("nats.credentialsFile: %w", err)
+		}
+		return b, nil
+	}
+	user := func() (string, error) {
+		b, err := read()
+		if err != nil {
+			return "", err
+		}
+		jwt, err := nkeys.ParseDecoratedJWT(b)
+		if err != nil || !strings.HasPrefix(jwt, "eyJ") {
+			return "", fmt.Errorf("nats.credentialsFile %s: no user JWT in it (want a .creds file: user JWT and NKey seed)", path)
+		}
+		if _, err := nkeys.ParseDecoratedNKey(b); err != nil {
+			return "", fmt.Errorf("nats.credentialsFile %s: no NKey seed in it: %w", path, err)
+		}
+		return jwt, nil
+	}
+	sign := func(nonce []byte) ([]byte, error) {
+		b, err := read()
+		if err != nil {
+			return nil, err
+		}
+		kp, err := nkeys.ParseDecoratedNKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("nats.credentialsFile %s: no NKey seed in it: %w", path, err)
+		}
+		defer kp.Wipe()
+		return kp.Sign(nonce)
+	}
+	return user, sign
+}
+
+// tlsOption requires TLS, with the CA bundle and the client certificate
+// read at every TLS handshake.
+func tlsOption(t *config.TLS) (nats.Option, error) {
+	var certCB nats.TLSCertHandler
+	var rootCB nats.RootCAsHandler
+	if t.CertFile != "" {
+		certCB = func() (tls.Certificate, error) {
+			cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+			if err != nil {
+				return tls.Certificate{}, fmt.Errorf("nats.tls.certFile %s, nats.tls.keyFile %s: %w", t.CertFile, t.KeyFile, err)
+			}
+			return cert, nil
+		}
+		if _, err := certCB(); err != nil {
+			return nil, err
+		}
+	}
+	if t.CAFile != "" {
+		rootCB = func() (*x509.CertPool, error) {
+			pem, err := os.ReadFile(t.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("nats.tls.caFile: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("nats.tls.caFile %s: no PEM certificate in it", t.CAFile)
+			}
+			return pool, nil
+		}
+		if _, err := rootCB(); err != nil {
+			return nil, err
+		}
+	}
+	return func(o *nats.Options) error {
+		o.Secure = true
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+		o.TLSCertCB = certCB
+		o.RootCAsCB = rootCB
+		return nil
+	}, nil
+}
+
+// Explain returns err as a message that names the setting it most likely
+// concerns: the server's refusal of the credentials names the key that
+// holds them, a certificate the client does not trust names
+// nats.tls.caFile (or serverName), one the server refused names the client
+// certificate. Errors of relayd's own file handling already name their key.
+func Explain(n *config.NATS, err error) string {
+	msg := err.Error()
+	low := strings.ToLower(msg)
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case strings.HasPrefix(msg, "nats."):
+		return msg
+	case errors.As(err, &hostErr), strings.Contains(low, "x509: certificate is valid for"):
+		return fmt.Sprintf("TLS: the server certificate is not valid for this name (check nats.url or nats.tls.serverName): %s", msg)
+	case errors.As(err, &unknownCA), errors.As(err, &invalid), strings.Contains(low, "x509:"):
+		return fmt.Sprintf("TLS: the server certificate is not trusted (check %s): %s", caKey(n), msg)
+	case strings.Contains(low, "remote error: tls"), strings.Contains(low, "certificate required"):
+		return fmt.Sprintf("TLS: the server refused the client certificate (check %s): %s", certKey(n), msg)
+	case strings.Contains(low, "connection closed by remote after tls handshake"):
+		// With TLS 1.3 a server that refuses the client certificate may
+		// just close the connection; the raw error names ephemeral ports,
+		// so it is left out to keep the message the same at every attempt.
+		return fmt.Sprintf("TLS: the server closed the connection after the TLS handshake, most likely refusing the client certificate (check %s)", certKey(n))
+	case strings.Contains(low, "secure connection"), strings.Contains(low, "tls"):
+		return fmt.Sprintf("TLS: %s (check nats.url and nats.tls)", msg)
+	case errors.Is(err, nats.ErrAuthorization), strings.Contains(low, "authorization violation"),
+		strings.Contains(low, "authentication"), strings.Contains(low, "user authentication expired"):
+		return fmt.Sprintf("NATS refused the credentials (%s): %s", authKey(n), msg)
+	}
+	return msg
+}
+
+func caKey(n *config.NATS) string {
+	if n.TLS.CAFile == "" {
+		return "nats.tls.caFile: not set, the system roots are used"
+	}
+	return "nats.tls.caFile " + n.TLS.CAFile
+}
+
+func certKey(n *config.NATS) string {
+	if n.TLS.CertFile == "" {
+		return "nats.tls.certFile and keyFile: not set"
+	}
+	return "nats.tls.certFile " + n.TLS.CertFile
+}
+
+// authKey names the setting that holds relayd's credentials.
+func authKey(n *config.NATS) string {
+	switch {
+	case n.CredentialsFile != "":
+		return "nats.credentialsFile " + n.CredentialsFile
+	case n.NkeySeedFile != "":
+		return "nats.nkeySeedFile " + n.NkeySeedFile
+	case n.TokenFile != "":
+		return "nats.tokenFile " + n.TokenFile
+	case n.UserFile != "":
+		return "nats.userFile " + n.UserFile + ", nats.passwordFile " + n.PasswordFile
+	}
+	return "no credentials configured: set one of nats.credentialsFile, nkeySeedFile, tokenFile, userFile"
+}
