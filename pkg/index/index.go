@@ -25,6 +25,12 @@ type Object struct {
 	Namespace       string // "" for cluster-scoped objects
 	Name            string
 	ResourceVersion string
+	// Fingerprint is a hash of the published version minus the source's
+	// ignoreChanges paths (event.Object.Fingerprint); 0 when the source has
+	// none, or when it is not known (an entry written by an older relayd or
+	// caught up from the stream). Two non-zero equal fingerprints mean the
+	// object did not change in any watched field.
+	Fingerprint uint64
 }
 
 // Outcome is what a relisted object is, compared with the index.
@@ -53,6 +59,7 @@ type key [16]byte
 
 type entry struct {
 	rv   uint64 // numeric resourceVersion; 0 means "see Index.rvs"
+	fp   uint64 // Object.Fingerprint
 	name string // "namespace/name", or "name" for cluster-scoped objects
 	mark uint32 // sync generation that last observed the entry
 }
@@ -172,7 +179,7 @@ func joinName(ns, name string) string {
 }
 
 func (x *Index) object(k key, e entry) Object {
-	o := Object{UID: x.uidOf(k), ResourceVersion: x.rvOf(k, e), Name: e.name}
+	o := Object{UID: x.uidOf(k), ResourceVersion: x.rvOf(k, e), Name: e.name, Fingerprint: e.fp}
 	// Names and namespaces cannot contain '/' (they are path segments).
 	if i := strings.IndexByte(e.name, '/'); i >= 0 {
 		o.Namespace, o.Name = e.name[:i], e.name[i+1:]
@@ -185,6 +192,7 @@ func (x *Index) store(k key, isUUID bool, o Object, old entry, existed bool) {
 	if !existed || e.name == "" {
 		e.name = joinName(o.Namespace, o.Name)
 	}
+	e.fp = o.Fingerprint
 	e.rv = parseRV(o.ResourceVersion)
 	if e.rv == 0 {
 		if x.rvs == nil {
@@ -218,11 +226,23 @@ func (x *Index) Get(uid string) (Object, bool) {
 func (x *Index) Put(o Object) bool {
 	k, isUUID := keyOf(o.UID)
 	e, ok := x.m[k]
-	if ok && sameRV(x, k, e, o.ResourceVersion) {
+	if ok && sameRV(x, k, e, o.ResourceVersion) && (o.Fingerprint == 0 || e.fp == o.Fingerprint) {
 		return false
 	}
 	x.store(k, isUUID, o, e, ok)
 	return true
+}
+
+// Same reports whether o's uid is indexed with a non-zero fingerprint equal
+// to o's: the object changed only in fields the source ignores, so the
+// change is not published (and the index keeps the published version).
+func (x *Index) Same(o Object) bool {
+	if o.Fingerprint == 0 {
+		return false
+	}
+	k, _ := keyOf(o.UID)
+	e, ok := x.m[k]
+	return ok && e.fp == o.Fingerprint
 }
 
 // Delete forgets uid (a watch DELETED); it reports whether uid was indexed.
@@ -261,13 +281,16 @@ func (x *Index) BeginSync() {
 }
 
 // Observe compares a relisted object with the index, records it, and marks
-// it as present in the current relist.
+// it as present in the current relist. An object at another
+// resourceVersion whose non-zero fingerprint equals the indexed one is
+// Unchanged too (it changed only in ignored fields); the index keeps the
+// version that was published.
 func (x *Index) Observe(o Object) Outcome {
 	k, isUUID := keyOf(o.UID)
 	e, ok := x.m[k]
 	out := Added
 	if ok {
-		if sameRV(x, k, e, o.ResourceVersion) {
+		if sameRV(x, k, e, o.ResourceVersion) || (o.Fingerprint != 0 && e.fp == o.Fingerprint) {
 			e.mark = x.mark
 			x.m[k] = e
 			return Unchanged

@@ -146,3 +146,40 @@ func BenchmarkIndexBytesPerObject(b *testing.B) {
 		})
 	}
 }
+
+// An object that changed only in ignored fields (same non-zero
+// fingerprint, new resourceVersion) is Unchanged in a relist, and the index
+// keeps the version that was published. A zero fingerprint (unknown, or a
+// source without ignoreChanges) never matches.
+func TestFingerprints(t *testing.T) {
+	x := New()
+	x.Put(Object{UID: uid(1), Namespace: "ns", Name: "a", ResourceVersion: "10", Fingerprint: 0xfeed})
+	x.Put(Object{UID: uid(2), Namespace: "ns", Name: "b", ResourceVersion: "11"})
+	if !x.Same(Object{UID: uid(1), ResourceVersion: "12", Fingerprint: 0xfeed}) {
+		t.Error("Same: equal fingerprints not the same")
+	}
+	if x.Same(Object{UID: uid(1), ResourceVersion: "12", Fingerprint: 0xbeef}) || x.Same(Object{UID: uid(2), ResourceVersion: "12"}) ||
+		x.Same(Object{UID: uid(3), ResourceVersion: "12", Fingerprint: 0xfeed}) {
+		t.Error("Same: a different, zero or unknown fingerprint is the same")
+	}
+	x.BeginSync()
+	if out := x.Observe(Object{UID: uid(1), Namespace: "ns", Name: "a", ResourceVersion: "15", Fingerprint: 0xfeed}); out != Unchanged {
+		t.Errorf("same fingerprint, new rv: %s, want unchanged", out)
+	}
+	if got, _ := x.Get(uid(1)); got.ResourceVersion != "10" || got.Fingerprint != 0xfeed {
+		t.Errorf("after an unchanged observe: %+v, want the published version 10", got)
+	}
+	if out := x.Observe(Object{UID: uid(2), Namespace: "ns", Name: "b", ResourceVersion: "16"}); out != Modified {
+		t.Errorf("no fingerprint, new rv: %s, want modified", out)
+	}
+	if n, _ := x.EndSync(nil); n != 0 {
+		t.Errorf("EndSync removed %d", n)
+	}
+	x.BeginSync()
+	if out := x.Observe(Object{UID: uid(1), Namespace: "ns", Name: "a", ResourceVersion: "17", Fingerprint: 0xbeef}); out != Modified {
+		t.Errorf("other fingerprint: %s, want modified", out)
+	}
+	if got, _ := x.Get(uid(1)); got.ResourceVersion != "17" || got.Fingerprint != 0xbeef {
+		t.Errorf("after a modified observe: %+v", got)
+	}
+}

@@ -192,16 +192,40 @@ func validToken(s string) bool {
 	return true
 }
 
+// value is the JSON of a bucket entry. Fingerprint (16 lower-case hex
+// digits) is left out when 0; entries written before it existed decode
+// with fingerprint 0 (unknown).
 type value struct {
 	UID             string `json:"uid"`
 	Namespace       string `json:"namespace,omitempty"`
 	Name            string `json:"name"`
 	ResourceVersion string `json:"resourceVersion"`
+	Fingerprint     string `json:"fingerprint,omitempty"`
+}
+
+func valueOf(o Object) value {
+	v := value{UID: o.UID, Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion}
+	if o.Fingerprint != 0 {
+		v.Fingerprint = fmt.Sprintf("%016x", o.Fingerprint)
+	}
+	return v
+}
+
+func (v value) object() (Object, error) {
+	o := Object{UID: v.UID, Namespace: v.Namespace, Name: v.Name, ResourceVersion: v.ResourceVersion}
+	if v.Fingerprint != "" {
+		fp, err := strconv.ParseUint(v.Fingerprint, 16, 64)
+		if err != nil || len(v.Fingerprint) != 16 {
+			return o, fmt.Errorf("fingerprint %q is not 16 hex digits", v.Fingerprint)
+		}
+		o.Fingerprint = fp
+	}
+	return o, nil
 }
 
 // PutMsg is the message that records o under prefix.
 func (b *Bucket) PutMsg(prefix string, o Object) *event.Message {
-	data, _ := json.Marshal(value(o)) // strings only: cannot fail
+	data, _ := json.Marshal(valueOf(o)) // strings only: cannot fail
 	return &event.Message{Subject: b.subjPre + Key(prefix, o.UID), Data: data}
 }
 
@@ -286,7 +310,12 @@ func (b *Bucket) Load(ctx context.Context, prefix string, x *Index) (int, error)
 				return n, nil
 			}
 			var v value
-			if err := json.Unmarshal(e.Value(), &v); err != nil || v.UID == "" || v.Name == "" || v.ResourceVersion == "" {
+			var o Object
+			err := json.Unmarshal(e.Value(), &v)
+			if err == nil {
+				o, err = v.object()
+			}
+			if err != nil || v.UID == "" || v.Name == "" || v.ResourceVersion == "" {
 				if err == nil {
 					err = errors.New("uid, name or resourceVersion missing")
 				}
@@ -296,7 +325,7 @@ func (b *Bucket) Load(ctx context.Context, prefix string, x *Index) (int, error)
 				corrupt.Keys = append(corrupt.Keys, e.Key())
 				continue
 			}
-			x.Put(Object(v))
+			x.Put(o)
 			n++
 		}
 	}

@@ -76,7 +76,7 @@ func TestBucketRoundTrip(t *testing.T) {
 		publish(t, js, b.PutMsg(pods, o))
 	}
 	publish(t, js, b.PutMsg(other, Object{UID: uid(3), Name: "node-1", ResourceVersion: "13"}))
-	publish(t, js, b.PutMsg(pods, Object{UID: uid(1), Namespace: "default", Name: "a", ResourceVersion: "14"}))
+	publish(t, js, b.PutMsg(pods, Object{UID: uid(1), Namespace: "default", Name: "a", ResourceVersion: "14", Fingerprint: 0x00c0ffee12345678}))
 	publish(t, js, b.DeleteMsg(pods, uid(2)))
 
 	x := New()
@@ -84,7 +84,7 @@ func TestBucketRoundTrip(t *testing.T) {
 	if err != nil || n != 2 || x.Len() != 2 {
 		t.Fatalf("Load = %d, %v (Len %d); want 2 objects", n, err, x.Len())
 	}
-	if o, _ := x.Get(uid(1)); o.ResourceVersion != "14" || o.Name != "a" || o.Namespace != "default" {
+	if o, _ := x.Get(uid(1)); o.ResourceVersion != "14" || o.Name != "a" || o.Namespace != "default" || o.Fingerprint != 0x00c0ffee12345678 {
 		t.Errorf("uid 1 loaded as %+v", o)
 	}
 	if o, ok := x.Get("weird uid/with.dots"); !ok || o.ResourceVersion != "x-12" {
