@@ -1,6 +1,8 @@
 // Package deploy holds the tests of relayd's shipped deployment artefacts:
-// the kustomize base (deploy/base), the example overlay
-// (deploy/overlays/example), the Dockerfile and .dockerignore.
+// the kustomize base (deploy/base), its overlays (deploy/overlays: example,
+// ha, nats-secure), the Dockerfile and .dockerignore, and the NATS
+// permission blocks of docs/DEPLOY.md (relayd's, its JWT form, without
+// create rights, and a consumer's), each run against a real nats-server.
 //
 // The manifests are rendered with the real kustomize (pinned in
 // tools/kustomize, built by `make kustomize-bin`) and applied to a real

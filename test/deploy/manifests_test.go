@@ -1,16 +1,20 @@
 package deploy
 
 import (
-	appsv1 "k8s.io/api/apps/v1"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,12 +29,13 @@ import (
 )
 
 const (
-	baseDir    = "deploy/base"
-	overlayDir = "deploy/overlays/example"
-	haDir      = "deploy/overlays/ha"
+	baseDir       = "deploy/base"
+	overlayDir    = "deploy/overlays/example"
+	haDir         = "deploy/overlays/ha"
+	natsSecureDir = "deploy/overlays/nats-secure"
 )
 
-var shipped = []string{baseDir, overlayDir, haDir}
+var shipped = []string{baseDir, overlayDir, haDir, natsSecureDir}
 
 // TestRBACIsLeastPrivilege: no wildcards, no create (or any other write but
 // update), no secrets, no non-resource URLs; ClusterRoles only list and
@@ -509,5 +514,156 @@ func TestConfigChangeRollsThePod(t *testing.T) {
 	}
 	if _, has := find(t, before.objs, "ConfigMap", before.checkpointCM.Name).Object["data"]; has {
 		t.Error("the shipped checkpoint ConfigMap has a data field (even empty): leave it out")
+	}
+}
+
+// natsSecretName is the Secret deploy/overlays/nats-secure mounts: created
+// out of band, never rendered.
+const natsSecretName = "relayd-nats"
+
+// natsSecretMount is the container's mount of the Secret natsSecretName.
+func natsSecretMount(t testing.TB, b *bundle) corev1.VolumeMount {
+	t.Helper()
+	var vol string
+	for _, v := range b.deployment.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == natsSecretName {
+			if vol != "" {
+				t.Fatalf("%s: Secret %s is in two volumes", b.dir, natsSecretName)
+			}
+			vol = v.Name
+		}
+	}
+	if vol == "" {
+		t.Fatalf("%s: no volume of Secret %s", b.dir, natsSecretName)
+	}
+	var mounts []corev1.VolumeMount
+	for _, m := range b.container.VolumeMounts {
+		if m.Name == vol {
+			mounts = append(mounts, m)
+		}
+	}
+	if len(mounts) != 1 {
+		t.Fatalf("%s: the container mounts volume %q %d times, want once", b.dir, vol, len(mounts))
+	}
+	return mounts[0]
+}
+
+// secretFromFile matches the --from-file keys of the kubectl command that
+// creates the Secret in docs/DEPLOY.md.
+var secretFromFile = regexp.MustCompile(`--from-file=([^\s\\]+)`)
+
+// TestNATSSecureOverlay: deploy/overlays/nats-secure mounts the Secret
+// relayd-nats (not rendered: no key material in the repository) read-only,
+// whole (no subPath, so a rotated Secret reaches the files), readable by
+// relayd's group only and by nobody else; its config passes `relayd
+// check-config`, uses TLS, an NKey and the inbox prefix docs/DEPLOY.md
+// grants, reads every file of its nats block from that mount, each one a
+// key of the documented `kubectl create secret` command; and it is the
+// base's config but for the nats connection settings.
+func TestNATSSecureOverlay(t *testing.T) {
+	base, b := loadBundle(t, baseDir), loadBundle(t, natsSecureDir)
+	if secrets := ofKind(b.objs, "Secret"); len(secrets) > 0 {
+		t.Errorf("the overlay renders %s: the Secret is created out of band, its values never committed", describe(secrets[0]))
+	}
+	pod := b.deployment.Spec.Template.Spec
+	m := natsSecretMount(t, b)
+	if !m.ReadOnly || m.SubPath != "" || m.SubPathExpr != "" {
+		t.Errorf("Secret %s mounted %+v: want readOnly, the whole volume (a subPath mount never sees a rotated Secret)", natsSecretName, m)
+	}
+	for _, o := range b.container.VolumeMounts {
+		if o.Name != m.Name && (strings.HasPrefix(m.MountPath+"/", o.MountPath+"/") || strings.HasPrefix(o.MountPath+"/", m.MountPath+"/")) {
+			t.Errorf("the Secret's mount %s and volume %q's %s are nested", m.MountPath, o.Name, o.MountPath)
+		}
+	}
+	for _, v := range pod.Volumes {
+		if v.Name != m.Name {
+			continue
+		}
+		s := v.Secret
+		mode := int32(0o644) // the kubelet's default
+		if s.DefaultMode != nil {
+			mode = *s.DefaultMode
+		}
+		switch {
+		case len(s.Items) > 0:
+			t.Errorf("the Secret volume selects items %v: mount every key", s.Items)
+		case s.Optional != nil && *s.Optional:
+			t.Error("the Secret volume is optional: relayd would start without its credentials")
+		case mode&0o222 != 0 || mode&0o007 != 0:
+			t.Errorf("the Secret's files get mode %#o: want no write bits and nothing for others (0440 or 0400)", mode)
+		// The files belong to root, and to the group fsGroup: relayd
+		// (runAsUser 65532, not root) reads them through fsGroup.
+		case pod.SecurityContext.FSGroup == nil || mode&0o040 == 0:
+			t.Errorf("mode %#o, fsGroup %v: relayd (uid %v) cannot read the Secret's files; want fsGroup and group read", mode, pod.SecurityContext.FSGroup, pod.SecurityContext.RunAsUser)
+		}
+	}
+
+	n := b.cfg.NATS
+	if !strings.HasPrefix(n.URL, "tls://") {
+		t.Errorf("nats.url %q: want tls://", n.URL)
+	}
+	if n.TLS.CAFile == "" || n.TLS.CertFile == "" || n.TLS.KeyFile == "" || n.NkeySeedFile == "" {
+		t.Errorf("want nats.tls.caFile, certFile, keyFile and nats.nkeySeedFile set: %+v", n)
+	}
+	docPerms := docNATSPermissions(t)
+	if n.InboxPrefix == "" || !slices.Contains(docPerms.sub, n.InboxPrefix+".>") {
+		t.Errorf("nats.inboxPrefix %q; docs/DEPLOY.md grants subscribe on %v", n.InboxPrefix, docPerms.sub)
+	}
+	var documented []string
+	// Shell lines, continuations joined.
+	for _, line := range strings.Split(strings.ReplaceAll(repoFile(t, "docs/DEPLOY.md"), "\\\n", " "), "\n") {
+		if strings.Contains(line, "create secret generic "+natsSecretName) {
+			line = line[strings.Index(line, "create secret"):]
+			for _, m := range secretFromFile.FindAllStringSubmatch(line, -1) {
+				documented = append(documented, m[1])
+			}
+		}
+	}
+	if len(documented) == 0 {
+		t.Fatalf("docs/DEPLOY.md has no `kubectl create secret generic %s --from-file=…` command", natsSecretName)
+	}
+	var used []string
+	for key, p := range map[string]string{
+		"credentialsFile": n.CredentialsFile, "nkeySeedFile": n.NkeySeedFile, "tokenFile": n.TokenFile,
+		"userFile": n.UserFile, "passwordFile": n.PasswordFile,
+		"tls.caFile": n.TLS.CAFile, "tls.certFile": n.TLS.CertFile, "tls.keyFile": n.TLS.KeyFile,
+	} {
+		if p == "" {
+			continue
+		}
+		if path.Dir(p) != m.MountPath {
+			t.Errorf("nats.%s %q is not a file of the Secret's mount %s", key, p, m.MountPath)
+		}
+		used = append(used, path.Base(p))
+	}
+	slices.Sort(used)
+	slices.Sort(documented)
+	if !slices.Equal(used, documented) {
+		t.Errorf("the config reads %v from the Secret; docs/DEPLOY.md creates it with %v", used, documented)
+	}
+
+	// The real binary's check, on the rendered config.
+	f := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(f, []byte(b.configMap.Data[b.configKey]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(relaydBin(t), "check-config", "-c", f).CombinedOutput(); err != nil || !strings.Contains(string(out), "SUCCESS") {
+		t.Errorf("relayd check-config on the overlay's config: %v\n%s", err, out)
+	}
+
+	// The base's config but for the connection settings.
+	strip := func(doc string) map[string]any {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatal(err)
+		}
+		nats, _ := m["nats"].(map[string]any)
+		for _, k := range []string{"url", "credentialsFile", "nkeySeedFile", "tokenFile", "userFile", "passwordFile", "tls", "jsDomain", "inboxPrefix"} {
+			delete(nats, k)
+		}
+		return m
+	}
+	if got, want := strip(b.configMap.Data[b.configKey]), strip(base.configMap.Data[base.configKey]); !reflect.DeepEqual(got, want) {
+		t.Errorf("the overlay's config differs from the base's beyond the nats connection settings:\noverlay %v\nbase    %v", got, want)
 	}
 }

@@ -23,35 +23,74 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/stream"
 )
 
-// natsPermissions is the permission block of docs/DEPLOY.md ("NATS
-// permissions"), parsed as nats-server parses its config.
+// natsPermissions are the permissions of one user of an authorization
+// block of docs/DEPLOY.md, as nats-server parses its config.
 type natsPermissions struct {
 	pub, sub []string
+	// pubDeny is the publish deny list (consumers' block).
+	pubDeny []string
+	// createOnly are the publish subjects whose line is marked
+	// "# create only": needed only with nats.stream.create or
+	// nats.index.create.
+	createOnly []string
 }
 
-func docNATSPermissions(t *testing.T) natsPermissions {
+// The markers of the blocks of docs/DEPLOY.md the tests read.
+const (
+	relaydPermsBlock   = "nats-permissions"
+	nscPermsBlock      = "nats-permissions-nsc"
+	consumerPermsBlock = "nats-consumer-permissions"
+)
+
+// docBlock is the fenced code block of docs/DEPLOY.md between
+// "<!-- name:begin -->" and "<!-- name:end -->", without its fences.
+func docBlock(t testing.TB, name string) string {
 	t.Helper()
 	doc := repoFile(t, "docs/DEPLOY.md")
-	const begin, end = "<!-- nats-permissions:begin -->", "<!-- nats-permissions:end -->"
+	begin, end := "<!-- "+name+":begin -->", "<!-- "+name+":end -->"
 	i, j := strings.Index(doc, begin), strings.Index(doc, end)
 	if i < 0 || j < i {
 		t.Fatalf("docs/DEPLOY.md: no %s … %s block", begin, end)
 	}
 	block := strings.TrimSpace(doc[i+len(begin) : j])
-	block = strings.TrimPrefix(block, "```")
-	block = strings.TrimSuffix(block, "```")
-	t.Setenv("RELAYD_NATS_PASSWORD", "test") // the block's $variable
+	first, rest, _ := strings.Cut(block, "\n")
+	if !strings.HasPrefix(first, "```") || !strings.HasSuffix(rest, "```") {
+		t.Fatalf("docs/DEPLOY.md: the %s block is not one fenced code block", name)
+	}
+	return strings.TrimSuffix(rest, "```")
+}
+
+// passwordVar matches a "password: $VARIABLE" line of an authorization block.
+var passwordVar = regexp.MustCompile(`(?m)^\s*password:\s*\$([A-Za-z_][A-Za-z0-9_]*)\s*$`)
+
+// createOnlyLine matches a subject line marked "# create only", and
+// createOnlyWholeLine the whole line, its newline included.
+var (
+	createOnlyLine      = regexp.MustCompile(`(?m)^[ \t]*"([^"]+)"[ \t]*# create only\b`)
+	createOnlyWholeLine = regexp.MustCompile(`(?m)^[ \t]*"[^"]+"[ \t]*# create only\b.*\n`)
+)
+
+// blockUserPermissions parses an authorization block of docs/DEPLOY.md as
+// nats-server does and returns the permissions of its one user. The
+// block's password variables are set to "test" for the parse (t.Setenv).
+func blockUserPermissions(t *testing.T, name, block string) natsPermissions {
+	t.Helper()
+	for _, m := range passwordVar.FindAllStringSubmatch(block, -1) {
+		t.Setenv(m[1], "test")
+	}
 	m, err := conf.Parse(block)
 	if err != nil {
-		t.Fatalf("docs/DEPLOY.md: the NATS permissions block is not nats-server config: %v", err)
+		t.Fatalf("docs/DEPLOY.md: the %s block is not nats-server config: %v", name, err)
 	}
 	get := func(v any, path ...string) any {
 		for _, k := range path {
 			mm, ok := v.(map[string]any)
 			if !ok {
-				t.Fatalf("docs/DEPLOY.md: NATS permissions: %s is not a map", strings.Join(path, "."))
+				t.Fatalf("docs/DEPLOY.md: %s: %s is not a map", name, strings.Join(path, "."))
 			}
 			v = mm[k]
 		}
@@ -59,19 +98,37 @@ func docNATSPermissions(t *testing.T) natsPermissions {
 	}
 	users, _ := get(m, "authorization", "users").([]any)
 	if len(users) != 1 {
-		t.Fatalf("docs/DEPLOY.md: NATS permissions: want one user, got %v", get(m, "authorization", "users"))
+		t.Fatalf("docs/DEPLOY.md: %s: want one user, got %v", name, get(m, "authorization", "users"))
 	}
 	strs := func(v any) []string {
 		var out []string
+		if v == nil {
+			return nil
+		}
 		for _, x := range v.([]any) {
 			out = append(out, x.(string))
 		}
 		return out
 	}
-	return natsPermissions{
-		pub: strs(get(users[0], "permissions", "publish", "allow")),
-		sub: strs(get(users[0], "permissions", "subscribe", "allow")),
+	p := natsPermissions{
+		pub:     strs(get(users[0], "permissions", "publish", "allow")),
+		sub:     strs(get(users[0], "permissions", "subscribe", "allow")),
+		pubDeny: strs(get(users[0], "permissions", "publish", "deny")),
 	}
+	for _, m := range createOnlyLine.FindAllStringSubmatch(block, -1) {
+		if !slices.Contains(p.pub, m[1]) {
+			t.Fatalf("docs/DEPLOY.md: %s: %q is marked create only but is no publish subject", name, m[1])
+		}
+		p.createOnly = append(p.createOnly, m[1])
+	}
+	return p
+}
+
+// docNATSPermissions is relayd's permission block of docs/DEPLOY.md ("NATS
+// permissions").
+func docNATSPermissions(t *testing.T) natsPermissions {
+	t.Helper()
+	return blockUserPermissions(t, relaydPermsBlock, docBlock(t, relaydPermsBlock))
 }
 
 // tokenAuth authenticates NATS clients by token: "relayd" gets perms
@@ -113,15 +170,96 @@ func allowOnly(subjects []string) *server.SubjectPermission {
 	return &server.SubjectPermission{Allow: slices.Clone(subjects)}
 }
 
+// natsProbe makes ConfigMap changes for relayd to relay and looks for
+// their events on the stream, as the NATS admin.
+type natsProbe struct {
+	in *install
+	js jetstream.JetStream // the admin's
+	ns string
+	n  int
+}
+
+func newNATSProbe(t *testing.T, in *install, js jetstream.JetStream) *natsProbe {
+	t.Helper()
+	p := &natsProbe{in: in, js: js, ns: fmt.Sprintf("nats-perm-probe-%d", time.Now().UnixNano())}
+	in.c.ensureNamespace(t, p.ns)
+	return p
+}
+
+// relayOne changes a ConfigMap and waits (up to timeout) for its event on
+// the stream and for /readyz to be 200, and returns the event. The
+// ConfigMap shows only its own source relaying; readiness (every watch
+// established) shows the others are too: a refused request stops the
+// source that made it.
+func (p *natsProbe) relayOne(ctx context.Context, r *relayd, timeout time.Duration) (*jetstream.RawStreamMsg, error) {
+	b := p.in.b
+	p.n++
+	name := fmt.Sprintf("probe-%d", p.n)
+	if _, err := p.in.c.cs.CoreV1().ConfigMaps(p.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create ConfigMap %s/%s: %w", p.ns, name, err)
+	}
+	streamName := b.cfg.NATS.Stream.Name
+	subject := strings.TrimSuffix(b.cfg.StreamSubject(), ">") + "core.v1.configmaps." + p.ns + "." + name + ".added"
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err := p.js.Stream(ctx, streamName)
+		var msg *jetstream.RawStreamMsg
+		if err == nil {
+			msg, err = s.GetLastMsgForSubject(ctx, subject)
+		}
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("%s not on stream %s: %w", subject, streamName, err)
+		} else if code, body, perr := r.probe("/readyz"); perr != nil || code != http.StatusOK {
+			err = fmt.Errorf("%s relayed but /readyz %d %q (%v)", subject, code, strings.TrimSpace(body), perr)
+		} else {
+			return msg, nil
+		}
+		if time.Now().After(deadline) || r.exited() {
+			return nil, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sharedStream creates the stream as an administrator would for several
+// publishers: relayd's settings, but subjects that do not capture relayd's,
+// so relayd (nats.stream.create) must add its subject with STREAM.UPDATE.
+func sharedStream(ctx context.Context, js jetstream.JetStream, b *bundle) error {
+	cfg := wantStream(b).Config()
+	cfg.Subjects = []string{"other.>"}
+	_, err := js.CreateStream(ctx, cfg)
+	return err
+}
+
+// wantStream is the stream relayd creates with b's config.
+func wantStream(b *bundle) stream.Want {
+	s := b.cfg.NATS.Stream
+	storage := jetstream.FileStorage
+	if s.Storage == config.StorageMemory {
+		storage = jetstream.MemoryStorage
+	}
+	return stream.Want{
+		Name: s.Name, Subject: b.cfg.StreamSubject(), Create: s.Create,
+		DuplicateWindow: s.DuplicateWindow.Duration(), Replicas: s.Replicas, Storage: storage,
+		MaxAge: s.MaxAge.Duration(), MaxBytes: s.MaxBytes,
+	}
+}
+
 // TestNATSPermissionsAreEnoughAndEachIsNeeded runs the base's config as
-// shipped (its stream, bucket and subjects) with a NATS user that has
-// exactly the permissions docs/DEPLOY.md lists: relayd creates its stream
-// and index bucket, relays a change, and after a restart (object index
-// loaded from the bucket and caught up from the stream) relays another.
-// Then, for each subject of the list, the same from scratch without it:
-// relayd's log must name the refused subject, and relayd must fail to relay
-// (sources wait) — except without the two CONSUMER.DELETE subjects, which
-// only clean up consumers the server would expire anyway.
+// shipped (its stream, bucket, subjects and inbox prefix) with a NATS user
+// that has exactly the permissions docs/DEPLOY.md lists: relayd creates its
+// stream and index bucket, relays a change, and after a restart (object
+// index loaded from the bucket and caught up from the stream) relays
+// another; the same again on a stream that exists with other subjects
+// (relayd adds its own). Then, for each subject of the list, the same from
+// scratch without it (on the existing stream for STREAM.UPDATE, the only
+// case that uses it): relayd's log must name the refused subject, and
+// relayd must fail to relay (sources wait) — except without the two
+// CONSUMER.DELETE subjects, which only clean up consumers the server would
+// expire anyway.
 func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 	perms := docNATSPermissions(t)
 	auth := &tokenAuth{}
@@ -138,6 +276,9 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 		setKey(t, mapValue(t, root, "nats"), "tokenFile", tokenFile)
 	})
 	b, ctx := in.b, t.Context()
+	if inbox := b.cfg.NATS.InboxPrefix + ".>"; b.cfg.NATS.InboxPrefix == "" || !slices.Contains(perms.sub, inbox) {
+		t.Fatalf("the base sets nats.inboxPrefix %q; docs/DEPLOY.md grants subscribe on %v, not on %q", b.cfg.NATS.InboxPrefix, perms.sub, inbox)
+	}
 	admin, err := nats.Connect(srv.URL(), nats.Token("admin"))
 	if err != nil {
 		t.Fatal(err)
@@ -147,59 +288,31 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, bucket := b.cfg.NATS.Stream.Name, b.cfg.NATS.Index.Bucket
-	fresh := func(t *testing.T) {
+	streamName, bucket := b.cfg.NATS.Stream.Name, b.cfg.NATS.Index.Bucket
+	// fresh deletes the stream and bucket (and, with shared, creates the
+	// stream with other subjects) and empties the checkpoint.
+	fresh := func(t *testing.T, shared bool) {
 		t.Helper()
-		for _, s := range []string{stream, "KV_" + bucket} {
+		for _, s := range []string{streamName, "KV_" + bucket} {
 			if err := js.DeleteStream(ctx, s); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Fatal(err)
+			}
+		}
+		if shared {
+			if err := sharedStream(ctx, js, b); err != nil {
 				t.Fatal(err)
 			}
 		}
 		resetCheckpoint(t, in.c, b.namespace(), b.checkpointCM.Name)
 	}
-	probeNS := fmt.Sprintf("nats-perm-probe-%d", time.Now().UnixNano())
-	in.c.ensureNamespace(t, probeNS)
-	n := 0
-	// relayOne changes a ConfigMap and waits (up to timeout) for its event
-	// on the stream and for /readyz to be 200. The ConfigMap shows only its
-	// own source relaying; readiness (every watch established) shows the
-	// others are too: a refused request stops the source that made it.
-	relayOne := func(r *relayd, timeout time.Duration) error {
-		n++
-		name := fmt.Sprintf("probe-%d", n)
-		if _, err := in.c.cs.CoreV1().ConfigMaps(probeNS).Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create ConfigMap %s/%s: %w", probeNS, name, err)
-		}
-		subject := strings.TrimSuffix(b.cfg.StreamSubject(), ">") + "core.v1.configmaps." + probeNS + "." + name + ".added"
-		deadline := time.Now().Add(timeout)
-		for {
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			s, err := js.Stream(ctx, stream)
-			if err == nil {
-				_, err = s.GetLastMsgForSubject(ctx, subject)
-			}
-			cancel()
-			if err != nil {
-				err = fmt.Errorf("%s not on stream %s: %w", subject, stream, err)
-			} else if code, body, perr := r.probe("/readyz"); perr != nil || code != http.StatusOK {
-				err = fmt.Errorf("%s relayed but /readyz %d %q (%v)", subject, code, strings.TrimSpace(body), perr)
-			} else {
-				return nil
-			}
-			if time.Now().After(deadline) || r.exited() {
-				return err
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	probe := newNATSProbe(t, in, js)
 	// scenario: from scratch, relayd relays a change, checkpoints, stops,
 	// restarts and relays another.
-	scenario := func(t *testing.T, timeout time.Duration) (logs []string, err error) {
-		fresh(t)
+	scenario := func(t *testing.T, shared bool, timeout time.Duration) (logs []string, err error) {
+		fresh(t, shared)
 		for run := 1; run <= 2; run++ {
 			r := in.run(t)
-			err = relayOne(r, timeout)
+			_, err = probe.relayOne(ctx, r, timeout)
 			if err == nil && run == 1 {
 				err = waitCheckpointed(ctx, in, timeout)
 			}
@@ -227,14 +340,20 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 	}
 
 	auth.set(perms)
-	logs, err := scenario(t, 30*time.Second)
-	if err != nil {
-		t.Fatalf("with exactly the documented permissions: %v\nrelayd log:\n%s", err, strings.Join(logs, "\n"))
+	for _, shared := range []bool{false, true} {
+		what := map[bool]string{false: "from nothing", true: "on an existing stream with other subjects"}[shared]
+		logs, err := scenario(t, shared, 30*time.Second)
+		if err != nil {
+			t.Fatalf("with exactly the documented permissions, %s: %v\nrelayd log:\n%s", what, err, strings.Join(logs, "\n"))
+		}
+		if vs := violations(logs); len(vs) > 0 {
+			t.Fatalf("with exactly the documented permissions, %s, relayd was refused:\n%s", what, strings.Join(vs, "\n"))
+		}
+		t.Logf("with exactly the documented permissions (publish %v, subscribe %v), %s: relayed, restarted, relayed", perms.pub, perms.sub, what)
 	}
-	if vs := violations(logs); len(vs) > 0 {
-		t.Fatalf("with exactly the documented permissions relayd was refused:\n%s", strings.Join(vs, "\n"))
+	if s, err := js.Stream(ctx, streamName); err != nil || !slices.Equal(s.CachedInfo().Config.Subjects, []string{"other.>", b.cfg.StreamSubject()}) {
+		t.Fatalf("relayd should have added %q to the shared stream's subjects, and only that: %v", b.cfg.StreamSubject(), err)
 	}
-	t.Logf("with exactly the documented permissions (publish %v, subscribe %v): relayed, restarted, relayed", perms.pub, perms.sub)
 
 	for _, kind := range []string{"publish", "subscribe"} {
 		list := perms.pub
@@ -264,7 +383,10 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 				if optional {
 					timeout = 30 * time.Second
 				}
-				logs, err := scenario(t, timeout)
+				// Only an existing stream that does not capture relayd's
+				// subjects is updated.
+				shared := strings.Contains(subj, ".STREAM.UPDATE.")
+				logs, err := scenario(t, shared, timeout)
 				var named []string
 				for _, v := range violations(logs) {
 					if m := refusedSubject.FindStringSubmatch(v); m != nil && m[1] == map[string]string{"publish": "Publish", "subscribe": "Subscription"}[kind] && subjectMatches(subj, m[2]) {
