@@ -1,13 +1,17 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +20,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/relayd/relayd/pkg/source"
 )
 
 // podFrames makes n watch frames of pkg/event's realistic pod, each with
@@ -178,5 +184,70 @@ func TestPercentilesAndHistogramQuantile(t *testing.T) {
 	}
 	if s, ok := parseSample(`relayd_publish_lag_seconds_bucket{source="a\"b",le="0.005"} 42`); !ok || s.Labels["source"] != `a"b` || s.Value != 42 {
 		t.Errorf("parseSample: %+v %v", s, ok)
+	}
+}
+
+// A watch that asks for PartialObjectMetadata gets Replay.Metadata when it
+// is set, Replay.Watch (whole objects) otherwise; SentBytes counts what was
+// written.
+func TestReplayServerServesPartialObjectMetadataOnRequest(t *testing.T) {
+	full := podFrames(t, 3)
+	var meta [][]byte
+	for i := range 3 {
+		meta = append(meta, fmt.Appendf(nil, `{"type":"MODIFIED","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"p","namespace":"ns","uid":"u","resourceVersion":"%d"}}}`, 1000+i))
+	}
+	for _, tc := range []struct {
+		name     string
+		metadata [][]byte
+		want     [][]byte
+	}{{"recorded as PartialObjectMetadata", meta, meta}, {"whole objects only", nil, full}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := NewServer(&Replay{Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true, ListRV: "999", Watch: full, Metadata: tc.metadata})
+			defer srv.Close()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL()+"/api/v1/pods?watch=true&resourceVersion=999", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Accept", source.AcceptPartialObjectMetadata)
+			resp, err := srv.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			var n int64
+			for i, want := range tc.want {
+				if !sc.Scan() {
+					t.Fatalf("frame %d: %v", i, sc.Err())
+				}
+				if !bytes.Equal(sc.Bytes(), want) {
+					t.Fatalf("frame %d: %.200s, want %.200s", i, sc.Bytes(), want)
+				}
+				n += int64(len(want) + 1)
+			}
+			if srv.MetadataWatches.Load() != 1 || srv.SentBytes.Load() != n {
+				t.Errorf("MetadataWatches %d, SentBytes %d; want 1, %d", srv.MetadataWatches.Load(), srv.SentBytes.Load(), n)
+			}
+		})
+	}
+}
+
+// The report compares the metadata-only fetch with whole objects.
+func TestReportMetadataFetch(t *testing.T) {
+	r := &Report{Capacity: &CapacityResult{Summaries: []CapacitySummary{
+		{Stream: "pods", Consumer: ModeRelayd, PerCPUSecond: 1000, CPUPerEvent: time.Millisecond},
+		{Stream: "pods", Consumer: ConsumerRelaydMetadata, PerCPUSecond: 4000, CPUPerEvent: 250 * time.Microsecond, BytesPerEvent: 1000},
+		{Stream: "pods", Consumer: ConsumerRelaydMetadataWhole, PerCPUSecond: 1000, CPUPerEvent: time.Millisecond, BytesPerEvent: 9000},
+	}}}
+	if cpu, b := r.Capacity.MetadataFetch(); cpu != 4 || b != 9 {
+		t.Errorf("MetadataFetch = %v, %v; want 4, 9", cpu, b)
+	}
+	var md bytes.Buffer
+	r.Markdown(&md)
+	if !strings.Contains(md.String(), "| **whole objects ÷ PartialObjectMetadata** | **9.0×** | **4.00×** | |") {
+		t.Errorf("no metadata-only fetch table:\n%s", md.String())
 	}
 }

@@ -34,6 +34,9 @@ type CapacitySummary struct {
 	Min, Max         float64 // of PerCPUSecond
 	PerSecond        float64 // median
 	CPUPerEvent      time.Duration
+	// BytesPerEvent is what the consumer read from its watch per event
+	// (frames and newlines; median).
+	BytesPerEvent float64
 }
 
 // CapacityResult is the pipeline-capacity scenario.
@@ -63,18 +66,75 @@ func (c *CapacityResult) Ratio(stream, consumer string) float64 {
 	return r.PerCPUSecond / b.PerCPUSecond
 }
 
+// MetadataFetch compares relayd publishing payload metadata from the
+// PartialObjectMetadata frames it asks for with the same from whole objects
+// (the pods, in the same interleaved runs): CPU per event and bytes read per
+// event, whole objects ÷ PartialObjectMetadata (0 if not measured).
+func (c *CapacityResult) MetadataFetch() (cpu, bytes float64) {
+	m, w := c.Summary("pods", ConsumerRelaydMetadata), c.Summary("pods", ConsumerRelaydMetadataWhole)
+	if m == nil || w == nil || m.CPUPerEvent == 0 || m.BytesPerEvent == 0 {
+		return 0, 0
+	}
+	return float64(w.CPUPerEvent) / float64(m.CPUPerEvent), w.BytesPerEvent / m.BytesPerEvent
+}
+
+// Capacity consumers besides the consume modes: relayd with a source of
+// payload metadata, which asks for PartialObjectMetadata, served the pods'
+// events recorded that way, or served them as whole objects (the pods
+// stream), which is what relayd read before it asked for metadata only.
+const (
+	ConsumerRelaydMetadata      = "relayd-metadata"
+	ConsumerRelaydMetadataWhole = "relayd-metadata-whole"
+	// ConsumerRelaydShaped is relayd with a source that drops fields and
+	// has ignoreChanges, on the pods: the cost of the payload cuts and the
+	// fingerprint. Its ignoreChanges path is absent from the recording, so
+	// every event is still published and the run counts the same events as
+	// plain relayd (suppressed events would be cheaper, not dearer).
+	ConsumerRelaydShaped = "relayd-shaped"
+)
+
+// shapedSource is ConsumerRelaydShaped's drop and ignoreChanges.
+const shapedSource = `    drop: ['spec.containers[*].env', 'metadata.annotations["kubectl.kubernetes.io/restartedAt"]']
+    ignoreChanges: ['metadata.annotations["bench.relayd.io/never-set"]']
+`
+
+func isRelayd(consumer string) bool {
+	return consumer == ModeRelayd || consumer == ConsumerRelaydMetadata || consumer == ConsumerRelaydMetadataWhole || consumer == ConsumerRelaydShaped
+}
+
+func isMetadata(consumer string) bool {
+	return consumer == ConsumerRelaydMetadata || consumer == ConsumerRelaydMetadataWhole
+}
+
+// Shaped compares relayd with drop and ignoreChanges (ConsumerRelaydShaped)
+// with plain relayd on the pods, in the same interleaved runs: events per
+// CPU-second, shaped ÷ plain (0 if not measured).
+func (c *CapacityResult) Shaped() float64 {
+	s, p := c.Summary("pods", ConsumerRelaydShaped), c.Summary("pods", ModeRelayd)
+	if s == nil || p == nil || p.PerCPUSecond == 0 {
+		return 0
+	}
+	return s.PerCPUSecond / p.PerCPUSecond
+}
+
 type capacityCase struct {
 	stream   *Stream
 	consumer string
+	metadata *Stream // the stream's events as PartialObjectMetadata (ConsumerRelaydMetadata)
 }
 
 func capacityCases(rec *Recording) []capacityCase {
 	var cases []capacityCase
 	if s := rec.Stream("pods"); s != nil {
-		cases = append(cases, capacityCase{s, ModeRelayd}, capacityCase{s, ModeDynamic}, capacityCase{s, ModeTyped})
+		cases = append(cases, capacityCase{stream: s, consumer: ModeRelayd}, capacityCase{stream: s, consumer: ConsumerRelaydShaped})
+		if m := rec.Stream("pods-metadata"); m != nil && m.Events == s.Events {
+			cases = append(cases, capacityCase{stream: s, consumer: ConsumerRelaydMetadata, metadata: m},
+				capacityCase{stream: s, consumer: ConsumerRelaydMetadataWhole})
+		}
+		cases = append(cases, capacityCase{stream: s, consumer: ModeDynamic}, capacityCase{stream: s, consumer: ModeTyped})
 	}
 	if s := rec.Stream("widgets"); s != nil {
-		cases = append(cases, capacityCase{s, ModeRelayd}, capacityCase{s, ModeDynamic})
+		cases = append(cases, capacityCase{stream: s, consumer: ModeRelayd}, capacityCase{stream: s, consumer: ModeDynamic})
 	}
 	return cases
 }
@@ -84,7 +144,7 @@ func (h *harness) capacity(ctx context.Context, rec *Recording) (*CapacityResult
 	cases := capacityCases(rec)
 	for rep := 1; rep <= h.o.Repeat; rep++ {
 		for _, c := range cases {
-			run, err := h.capacityRun(ctx, c.stream, c.consumer, "")
+			run, err := h.capacityRun(ctx, c, "")
 			if err != nil {
 				return nil, fmt.Errorf("%s/%s: %w", c.stream.Name, c.consumer, err)
 			}
@@ -95,25 +155,26 @@ func (h *harness) capacity(ctx context.Context, rec *Recording) (*CapacityResult
 		}
 	}
 	for _, c := range cases {
-		var per, wall []float64
+		var per, wall, bytes []float64
 		for _, r := range res.Runs {
 			if r.Stream == c.stream.Name && r.Consumer == c.consumer {
 				per = append(per, r.PerCPUSecond)
 				wall = append(wall, r.PerSecond)
+				bytes = append(bytes, float64(r.Bytes)/float64(r.Events))
 			}
 		}
 		sort.Float64s(per)
 		m := median(per)
 		res.Summaries = append(res.Summaries, CapacitySummary{
 			Stream: c.stream.Name, Consumer: c.consumer, PerCPUSecond: m, Min: per[0], Max: per[len(per)-1],
-			PerSecond: median(wall), CPUPerEvent: time.Duration(float64(time.Second) / m),
+			PerSecond: median(wall), CPUPerEvent: time.Duration(float64(time.Second) / m), BytesPerEvent: median(bytes),
 		})
 	}
 	if h.o.Profile {
 		dir := filepath.Join(h.o.WorkDir, "profiles")
 		for _, c := range cases {
 			p := filepath.Join(dir, c.stream.Name+"-"+c.consumer+".pprof")
-			if _, err := h.capacityRun(ctx, c.stream, c.consumer, p); err != nil {
+			if _, err := h.capacityRun(ctx, c, p); err != nil {
 				return nil, fmt.Errorf("profile %s/%s: %w", c.stream.Name, c.consumer, err)
 			}
 			res.Profiles = append(res.Profiles, p)
@@ -135,12 +196,18 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// capacityRun serves s from a fresh replay server to one consumer process
-// and measures its CPU time from its watch request to its last event.
-func (h *harness) capacityRun(ctx context.Context, s *Stream, consumer, cpuProfile string) (CapacityRun, error) {
+// capacityRun serves c's stream from a fresh replay server to one consumer
+// process and measures its CPU time from its watch request to its last
+// event.
+func (h *harness) capacityRun(ctx context.Context, c capacityCase, cpuProfile string) (CapacityRun, error) {
+	s, consumer := c.stream, c.consumer
 	run := CapacityRun{Stream: s.Name, Consumer: consumer, Events: s.Events, Bytes: s.Bytes}
-	srv := NewServer(&Replay{Group: s.Group, Version: s.Version, Resource: s.Resource, Kind: s.Kind, Namespaced: s.Namespaced,
-		ListRV: s.StartRV, Watch: s.Frames()})
+	rp := &Replay{Group: s.Group, Version: s.Version, Resource: s.Resource, Kind: s.Kind, Namespaced: s.Namespaced,
+		ListRV: s.StartRV, Watch: s.Frames()}
+	if c.metadata != nil {
+		rp.Metadata = c.metadata.Frames()
+	}
+	srv := NewServer(rp)
 	defer srv.Close()
 	id := h.next()
 	kc := filepath.Join(h.o.WorkDir, "replay-"+id+".kubeconfig")
@@ -167,7 +234,7 @@ func (h *harness) capacityRun(ctx context.Context, s *Stream, consumer, cpuProfi
 		end  time.Time
 		cpu1 time.Duration
 	)
-	if consumer == ModeRelayd {
+	if isRelayd(consumer) {
 		stream, cluster := "CAP"+id, "cap"+id
 		if err := h.createStream(ctx, stream, cluster); err != nil {
 			return run, err
@@ -177,6 +244,12 @@ func (h *harness) capacityRun(ctx context.Context, s *Stream, consumer, cpuProfi
     resource: {group: %q, version: %s, resource: %s}
     initial: none
 `, s.Name, s.Group, s.Version, s.Resource)
+		switch {
+		case isMetadata(consumer):
+			src += "    payload: metadata\n"
+		case consumer == ConsumerRelaydShaped:
+			src += shapedSource
+		}
 		mu.Lock()
 		r, err := h.startRelayd(ctx, name, h.relaydConfig(cluster, stream, "", src), kc, cpuProfile)
 		if err != nil {
@@ -230,6 +303,10 @@ func (h *harness) capacityRun(ctx context.Context, s *Stream, consumer, cpuProfi
 	if n := srv.Watches.Load(); n != 1 {
 		return run, fmt.Errorf("%d watch requests, want 1 (did the consumer reconnect?)", n)
 	}
+	if isMetadata(consumer) && srv.MetadataWatches.Load() != 1 {
+		return run, fmt.Errorf("relayd with payload metadata did not ask for PartialObjectMetadata (a relayd binary older than the metadata-only fetch?)")
+	}
+	run.Bytes = srv.SentBytes.Load()
 	run.CPU = (cpu1 - cpu0).Seconds()
 	run.Wall = end.Sub(t0).Seconds()
 	if run.CPU <= 0 {

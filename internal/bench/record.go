@@ -26,11 +26,13 @@ import (
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/source"
 )
 
 // recordingVersion changes whenever what Record writes changes, so that a
-// cached recording of an older harness is not reused.
-const recordingVersion = 1
+// cached recording of an older harness is not reused. 2: the pod watch is
+// also recorded as PartialObjectMetadata (stream pods-metadata).
+const recordingVersion = 2
 
 // Stream is one recorded watch: the frames exactly as the apiserver sent
 // them, one per line, and what is needed to serve them again.
@@ -46,6 +48,9 @@ type Stream struct {
 	// Events is the number of frames (ADDED, MODIFIED, DELETED only).
 	Events int   `json:"events"`
 	Bytes  int64 `json:"bytes"`
+	// Accept is the Accept header the watch was recorded with; "" for
+	// whole objects (application/json).
+	Accept string `json:"accept,omitempty"`
 
 	frames [][]byte // each without its newline; aliases data
 }
@@ -61,8 +66,10 @@ func (s *Stream) APIVersion() string {
 	return s.Group + "/" + s.Version
 }
 
-// Recording is what Record produced: a pod stream, a custom-resource stream
-// and one ConfigMap (the template of the memory measurement's objects).
+// Recording is what Record produced: a pod stream, the same pod events as
+// PartialObjectMetadata (what relayd reads for payload metadata and
+// reference), a custom-resource stream and one ConfigMap (the template of
+// the memory measurement's objects).
 type Recording struct {
 	Version   int                `json:"version"`
 	K8s       string             `json:"kubernetes"`
@@ -202,7 +209,9 @@ func Record(ctx context.Context, env *testenv.Env, dir string, o RecordOptions) 
 	pods := roundUp5(o.PodEvents) / 5
 	t0 := time.Now()
 	podStream := &Stream{Name: "pods", Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true}
-	err = recordStream(ctx, cs.CoreV1().RESTClient(), podStream, dir, pods*5, func(ctx context.Context) error {
+	podMetaStream := &Stream{Name: "pods-metadata", Version: "v1", Resource: "pods", Kind: "Pod", Namespaced: true,
+		Accept: source.AcceptPartialObjectMetadata}
+	err = recordStream(ctx, cs.CoreV1().RESTClient(), []*Stream{podStream, podMetaStream}, dir, pods*5, func(ctx context.Context) error {
 		objs := make([]*corev1.Pod, pods)
 		phases := []func(ctx context.Context, i int) error{
 			func(ctx context.Context, i int) error {
@@ -243,7 +252,7 @@ func Record(ctx context.Context, env *testenv.Env, dir string, o RecordOptions) 
 	if err != nil {
 		return err
 	}
-	rec.Streams = append(rec.Streams, podStream)
+	rec.Streams = append(rec.Streams, podStream, podMetaStream)
 
 	// A custom resource: create, three spec changes by an operator, delete.
 	if err := env.InstallWidgetCRD(ctx); err != nil {
@@ -257,7 +266,7 @@ func Record(ctx context.Context, env *testenv.Env, dir string, o RecordOptions) 
 	}
 	wStream := &Stream{Name: "widgets", Group: testenv.WidgetGVR.Group, Version: testenv.WidgetGVR.Version,
 		Resource: testenv.WidgetGVR.Resource, Kind: "Widget", Namespaced: true}
-	err = recordStream(ctx, wc, wStream, dir, widgets*5, func(ctx context.Context) error {
+	err = recordStream(ctx, wc, []*Stream{wStream}, dir, widgets*5, func(ctx context.Context) error {
 		res := dyn.Resource(testenv.WidgetGVR)
 		phases := []func(ctx context.Context, i int) error{
 			func(ctx context.Context, i int) error {
@@ -381,22 +390,55 @@ func listRV(ctx context.Context, c rest.Interface, resource string) (string, err
 	return l.Metadata.ResourceVersion, nil
 }
 
-// recordStream watches s's resource in all namespaces from its current
-// resourceVersion, runs write, and stores the first want frames in
-// dir/<name>.jsonl.
-func recordStream(ctx context.Context, c rest.Interface, s *Stream, dir string, want int, write func(context.Context) error) error {
-	rv, err := listRV(ctx, c, s.Resource)
+// recordStream watches the resource of streams (one resource, each stream
+// with its own Accept header) in all namespaces from its current
+// resourceVersion, runs write, and stores the first want frames of each
+// stream in dir/<name>.jsonl: the same events, in each stream's form.
+func recordStream(ctx context.Context, c rest.Interface, streams []*Stream, dir string, want int, write func(context.Context) error) error {
+	rv, err := listRV(ctx, c, streams[0].Resource)
 	if err != nil {
-		return fmt.Errorf("bench: list %s: %w", s.Resource, err)
+		return fmt.Errorf("bench: list %s: %w", streams[0].Resource, err)
 	}
-	s.StartRV = rv
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	open := func(from string) (io.ReadCloser, error) {
-		return c.Get().Resource(s.Resource).Param("watch", "true").Param("resourceVersion", from).
-			Param("timeoutSeconds", "3600").Stream(wctx)
+	done := make(chan error, len(streams))
+	for _, s := range streams {
+		s.StartRV = rv
+		if err := s.record(wctx, c, dir, want, done); err != nil {
+			return err
+		}
 	}
-	body, err := open(rv)
+	if err := write(ctx); err != nil {
+		return fmt.Errorf("bench: recording %s: %w", streams[0].Name, err)
+	}
+	timeout := time.After(2 * time.Minute)
+	for range streams {
+		select {
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+		case <-timeout:
+			return fmt.Errorf("bench: recording %s: %d events did not arrive within 2m", streams[0].Resource, want)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// record opens s's watch from s.StartRV and stores its first want frames
+// in dir/<name>.jsonl in the background; the outcome goes to done.
+func (s *Stream) record(ctx context.Context, c rest.Interface, dir string, want int, done chan<- error) error {
+	open := func(from string) (io.ReadCloser, error) {
+		r := c.Get().Resource(s.Resource).Param("watch", "true").Param("resourceVersion", from).
+			Param("timeoutSeconds", "3600")
+		if s.Accept != "" {
+			r = r.SetHeader("Accept", s.Accept)
+		}
+		return r.Stream(ctx)
+	}
+	body, err := open(s.StartRV)
 	if err != nil {
 		return fmt.Errorf("bench: watch %s: %w", s.Name, err)
 	}
@@ -405,13 +447,12 @@ func recordStream(ctx context.Context, c rest.Interface, s *Stream, dir string, 
 		body.Close()
 		return err
 	}
-	defer f.Close()
-	done := make(chan error, 1)
 	go func() {
+		defer f.Close()
 		defer func() { body.Close() }()
 		bw := bufio.NewWriterSize(f, 1<<20)
 		br := bufio.NewReaderSize(body, 1<<20)
-		last := rv
+		last := s.StartRV
 		for s.Events < want {
 			line, err := br.ReadBytes('\n')
 			if err != nil {
@@ -448,15 +489,5 @@ func recordStream(ctx context.Context, c rest.Interface, s *Stream, dir string, 
 		}
 		done <- bw.Flush()
 	}()
-	if err := write(ctx); err != nil {
-		return fmt.Errorf("bench: recording %s: %w", s.Name, err)
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(2 * time.Minute):
-		return fmt.Errorf("bench: recording %s: %d events did not arrive within 2m", s.Name, want)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }

@@ -32,6 +32,11 @@ type Replay struct {
 	// initial events; later watches get nothing (they are held open), so a
 	// consumer that reconnects cannot count an event twice.
 	Watch [][]byte
+	// Metadata, if set, is sent instead of Watch to a watch that asks for
+	// PartialObjectMetadata (Accept: …;as=PartialObjectMetadata;…): the same
+	// events recorded with that header. Without it, such a watch gets Watch
+	// (whole objects), as relayd read before it asked for metadata only.
+	Metadata [][]byte
 	// Initial is sent to every streaming list (sendInitialEvents=true),
 	// followed by the k8s.io/initial-events-end bookmark at InitialRV and,
 	// after the first streaming list only, by After.
@@ -77,6 +82,10 @@ type Server struct {
 	// WatchSent is when the last frame of Replay.Watch was handed to the
 	// connection (UnixNano; 0 before).
 	WatchSent atomic.Int64
+	// MetadataWatches counts watch requests that asked for
+	// PartialObjectMetadata; SentBytes the bytes of frames (and their
+	// newlines) written to watches.
+	MetadataWatches, SentBytes atomic.Int64
 }
 
 // NewServer starts a replay server for replays.
@@ -314,6 +323,10 @@ const expiredFrame = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1
 func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 	s.Watches.Add(1)
 	streamList := r.URL.Query().Get("sendInitialEvents") == "true"
+	metadata := strings.Contains(r.Header.Get("Accept"), "as=PartialObjectMetadata")
+	if metadata {
+		s.MetadataWatches.Add(1)
+	}
 	s.mu.Lock()
 	expire, closing := s.expire, s.closing
 	var frames [][]byte
@@ -328,6 +341,9 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 	} else if !s.watchServed[rp] {
 		s.watchServed[rp] = true
 		frames, first = rp.Watch, true
+		if metadata && rp.Metadata != nil {
+			frames = rp.Metadata
+		}
 	}
 	s.mu.Unlock()
 
@@ -342,6 +358,8 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 	flush()
 	bw := bufio.NewWriterSize(w, 128<<10)
 	send := func(frames [][]byte) error {
+		n := 0
+		defer func() { s.SentBytes.Add(int64(n)) }()
 		for _, f := range frames {
 			if _, err := bw.Write(f); err != nil {
 				return err
@@ -349,6 +367,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 			if err := bw.WriteByte('\n'); err != nil {
 				return err
 			}
+			n += len(f) + 1
 		}
 		if err := bw.Flush(); err != nil {
 			return err

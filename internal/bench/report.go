@@ -167,6 +167,9 @@ func (r *Report) Markdown(w io.Writer) {
 		p("#### 1. Pipeline capacity (replayed watch, full speed; median of %d runs, [min–max])\n\n", r.Options.Repeat)
 		p("| stream | consumer | events | avg frame | events per CPU-second | CPU per event | events/s (wall) | relayd ÷ this |\n|---|---|---|---|---|---|---|---|\n")
 		for _, s := range c.Summaries {
+			if isMetadata(s.Consumer) || s.Consumer == ConsumerRelaydShaped {
+				continue // in the tables below
+			}
 			st := r.Recording.Stream(s.Stream)
 			if st == nil {
 				st = &Stream{Events: 1}
@@ -180,6 +183,24 @@ func (r *Report) Markdown(w io.Writer) {
 				float64(s.CPUPerEvent)/1e3, s.PerSecond, ratio)
 		}
 		p("\n")
+		if cpu, bytes := c.MetadataFetch(); cpu > 0 {
+			p("#### 1a. Metadata-only fetch (pods, relayd with `payload: metadata`; same interleaved runs)\n\n")
+			p("| relayd read | bytes read per event | CPU per event | events per CPU-second |\n|---|---|---|---|\n")
+			for _, k := range []string{ConsumerRelaydMetadata, ConsumerRelaydMetadataWhole} {
+				s := c.Summary("pods", k)
+				p("| %s | %.0f B | %.1f µs | %.0f [%.0f–%.0f] |\n", consumerName(k), s.BytesPerEvent, float64(s.CPUPerEvent)/1e3, s.PerCPUSecond, s.Min, s.Max)
+			}
+			p("| **whole objects ÷ PartialObjectMetadata** | **%.1f×** | **%.2f×** | |\n\n", bytes, cpu)
+		}
+		if ratio := c.Shaped(); ratio > 0 {
+			p("#### 1b. drop and ignoreChanges (pods; same interleaved runs; goal: within 15%% of plain)\n\n")
+			p("| relayd | events per CPU-second | CPU per event |\n|---|---|---|\n")
+			for _, k := range []string{ModeRelayd, ConsumerRelaydShaped} {
+				s := c.Summary("pods", k)
+				p("| %s | %.0f [%.0f–%.0f] | %.1f µs |\n", consumerName(k), s.PerCPUSecond, s.Min, s.Max, float64(s.CPUPerEvent)/1e3)
+			}
+			p("| **shaped ÷ plain** | **%.2f×** | |\n\n", ratio)
+		}
 	}
 	if l := r.Latency; l != nil {
 		p("#### 2. Added latency (real kube-apiserver, %d pods, %d writes at %.0f/s over %.0fs)\n\n", l.Objects, l.Writes, l.Rate, l.Duration)
@@ -232,6 +253,12 @@ func consumerName(c string) string {
 		return "client-go dynamic (decode only)"
 	case ModeTyped:
 		return "client-go typed corev1 (decode only)"
+	case ConsumerRelaydMetadata:
+		return "PartialObjectMetadata (as relayd asks for it)"
+	case ConsumerRelaydMetadataWhole:
+		return "whole objects (as before)"
+	case ConsumerRelaydShaped:
+		return "relayd with drop (2 paths) and ignoreChanges (fingerprints)"
 	}
 	return c
 }

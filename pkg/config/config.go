@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/relayd/relayd/pkg/event"
 )
 
 // Config is the whole relayd configuration file.
@@ -247,6 +250,20 @@ type Source struct {
 	Payload Payload `yaml:"payload"`
 	// KeepManagedFields keeps metadata.managedFields in full payloads.
 	KeepManagedFields bool `yaml:"keepManagedFields"`
+	// KeepLastAppliedConfiguration keeps the annotation
+	// kubectl.kubernetes.io/last-applied-configuration (which holds the
+	// whole object as last applied, a Secret's data included) in full and
+	// metadata payloads; it is removed by default.
+	KeepLastAppliedConfiguration bool `yaml:"keepLastAppliedConfiguration"`
+	// AllowSecretData allows payload full for a source of Secrets, whose
+	// payload would carry the Secret's data.
+	AllowSecretData bool `yaml:"allowSecretData"`
+	// Drop lists field paths (pkg/event path syntax, e.g.
+	// "spec.template.spec.containers[*].env") removed from every payload.
+	Drop []string `yaml:"drop"`
+	// IgnoreChanges lists field paths whose changes do not count as a
+	// change of the object (left out of event.Object.Fingerprint).
+	IgnoreChanges []string `yaml:"ignoreChanges"`
 	// Initial selects what happens when there is no checkpoint.
 	Initial Initial `yaml:"initial"`
 }
@@ -556,6 +573,26 @@ func (s *Source) Publishes(t EventType) bool {
 		}
 	}
 	return false
+}
+
+// Shaping returns the options of the event.Shaping of s (compile them with
+// event.NewShaping; Validate has checked that they compile).
+func (s *Source) Shaping() event.ShapingOptions {
+	return event.ShapingOptions{
+		Drop:              slices.Clone(s.Drop),
+		IgnoreChanges:     slices.Clone(s.IgnoreChanges),
+		KeepManagedFields: s.KeepManagedFields,
+		KeepLastApplied:   s.KeepLastAppliedConfiguration,
+	}
+}
+
+// IsSecret reports whether s watches core v1 Secrets (by apiVersion v1 and
+// kind Secret, or by resource {group: "", resource: secrets}).
+func (s *Source) IsSecret() bool {
+	if s.Resource != nil {
+		return s.Resource.Group == "" && s.Resource.Resource == "secrets"
+	}
+	return s.APIVersion == "v1" && s.Kind == "Secret"
 }
 
 // AllNamespaces reports whether s watches all namespaces (or a

@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/goleak"
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/relayd/relayd/pkg/event"
 )
 
 func TestMain(m *testing.M) {
@@ -31,7 +33,7 @@ func TestFixtures(t *testing.T) {
 bad-unknown-key-top.yaml: sources: at least one source is required`,
 
 		"bad-unknown-key-nested.yaml": `bad-unknown-key-nested.yaml:12: sources[1].namespace: unknown key (did you mean "namespaces"?)
-bad-unknown-key-nested.yaml:13: sources[1].selector: unknown key (valid keys: name, apiVersion, kind, resource, namespaces, labelSelector, fieldSelector, eventTypes, payload, keepManagedFields, initial)`,
+bad-unknown-key-nested.yaml:13: sources[1].selector: unknown key (valid keys: name, apiVersion, kind, resource, namespaces, labelSelector, fieldSelector, eventTypes, payload, keepManagedFields, keepLastAppliedConfiguration, allowSecretData, drop, ignoreChanges, initial)`,
 
 		"bad-wrong-type.yaml": `bad-wrong-type.yaml:3: nats.url: expected a string, got a list
 bad-wrong-type.yaml:4: nats.maxInFlight: expected an integer, got "lots"
@@ -67,6 +69,21 @@ bad-namespace.yaml:12: sources[0].namespaces[1]: "kube_system" is not a valid na
 bad-event-types.yaml:10: sources[0].eventTypes[2]: duplicate event type "added" (first at sources[0].eventTypes[0])`,
 
 		"bad-payload.yaml": `bad-payload.yaml:10: sources[0].payload: "Full" is not a valid payload (must be full, metadata or reference)`,
+
+		"good-shaping.yaml": "",
+
+		"bad-drop.yaml": `bad-drop.yaml:11: sources[0].drop[1]: unexpected "]" at offset 6
+bad-drop.yaml:12: sources[0].drop[2]: "metadata.name" cannot be dropped: apiVersion, kind, metadata and metadata.name, namespace, uid and resourceVersion identify the object
+bad-drop.yaml:13: sources[0].drop[3]: [N] indexes are not supported (use [*]) at offset 10
+bad-drop.yaml:14: sources[0].drop[4]: duplicate path "spec.template.spec.containers[*].env" (first at sources[0].drop[0])
+bad-drop.yaml:17: sources[0].ignoreChanges[1]: unexpected "/" at offset 32 (write member names with characters other than letters, digits, '_' and '-' as ["..."])
+bad-drop.yaml:18: sources[0].ignoreChanges[2]: unterminated quoted member name starting at offset 20
+bad-drop.yaml:23: sources[1].drop[0]: "spec.containers[*]" ends with [*]: a path selects a member (to remove the whole list, use "spec.containers")
+bad-drop.yaml:24: sources[1].drop[1]: empty path
+bad-drop.yaml:25: sources[1].ignoreChanges[0]: empty member name at offset 0`,
+
+		"bad-secret-payload.yaml": `bad-secret-payload.yaml:7: sources[0].payload: full publishes the Secret's data; use metadata or reference, or set sources[0].allowSecretData: true
+bad-secret-payload.yaml:12: sources[1].payload: full publishes the Secret's data; use metadata or reference, or set sources[1].allowSecretData: true`,
 
 		"bad-initial.yaml": `bad-initial.yaml:10: sources[0].initial: "all" is not a valid initial mode (must be snapshot or none)`,
 
@@ -273,6 +290,77 @@ func TestGoodFull(t *testing.T) {
 	}
 	if g, v := widgets.GroupVersion(); g != "example.com" || v != "v1alpha1" {
 		t.Errorf("widgets GroupVersion = %q, %q", g, v)
+	}
+}
+
+func TestGoodShaping(t *testing.T) {
+	cfg := parseFile(t, "testdata/good-shaping.yaml")
+	deploys, secrets := &cfg.Sources[0], &cfg.Sources[1]
+	want := event.ShapingOptions{
+		Drop:          []string{"spec.template.spec.containers[*].env", `metadata.annotations["example.com/token"]`},
+		IgnoreChanges: []string{"status", "spec.replicas"},
+	}
+	if got := deploys.Shaping(); !reflect.DeepEqual(got, want) {
+		t.Errorf("deployments Shaping() = %+v\nwant %+v", got, want)
+	}
+	if deploys.IsSecret() || !secrets.IsSecret() || !secrets.AllowSecretData {
+		t.Errorf("IsSecret / allowSecretData: %+v %+v", deploys, secrets)
+	}
+	want = event.ShapingOptions{Drop: []string{"data"}, KeepManagedFields: true, KeepLastApplied: true}
+	if got := secrets.Shaping(); !reflect.DeepEqual(got, want) {
+		t.Errorf("secrets Shaping() = %+v\nwant %+v", got, want)
+	}
+	for i := range cfg.Sources {
+		if _, err := event.NewShaping(cfg.Sources[i].Shaping()); err != nil {
+			t.Errorf("sources[%d]: NewShaping: %v", i, err)
+		}
+	}
+	// Shaping returns copies.
+	deploys.Shaping().Drop[0] = "x"
+	if deploys.Drop[0] != "spec.template.spec.containers[*].env" {
+		t.Error("Shaping() aliases Drop")
+	}
+	// Defaults: nothing dropped or ignored, last-applied removed.
+	if got := (&Source{}).Shaping(); !reflect.DeepEqual(got, event.ShapingOptions{}) {
+		t.Errorf("zero Source Shaping() = %+v", got)
+	}
+}
+
+func TestIsSecret(t *testing.T) {
+	for _, tt := range []struct {
+		s    Source
+		want bool
+	}{
+		{Source{APIVersion: "v1", Kind: "Secret"}, true},
+		{Source{Resource: &Resource{Version: "v1", Resource: "secrets"}}, true},
+		{Source{Resource: &Resource{Version: "v2", Resource: "secrets"}}, true},
+		{Source{Resource: &Resource{Group: "example.com", Version: "v1", Resource: "secrets"}}, false},
+		{Source{APIVersion: "example.com/v1", Kind: "Secret"}, false},
+		{Source{APIVersion: "v1", Kind: "ConfigMap"}, false},
+	} {
+		if got := tt.s.IsSecret(); got != tt.want {
+			t.Errorf("IsSecret(%+v) = %v", tt.s, got)
+		}
+	}
+}
+
+func TestValidateSecretAndPathsInGo(t *testing.T) {
+	c := &Config{
+		Cluster: "c",
+		NATS:    NATS{URL: "nats://n:4222", Stream: Stream{Name: "S"}},
+		Sources: []Source{
+			{Name: "s", APIVersion: "v1", Kind: "Secret", Drop: []string{"data", "spec[1]"}, IgnoreChanges: []string{"a", "a"}},
+		},
+	}
+	want := `sources[0].payload: full publishes the Secret's data; use metadata or reference, or set sources[0].allowSecretData: true
+sources[0].drop[1]: [N] indexes are not supported (use [*]) at offset 4
+sources[0].ignoreChanges[1]: duplicate path "a" (first at sources[0].ignoreChanges[0])`
+	if err := c.Validate(); err == nil || err.Error() != want {
+		t.Errorf("Validate:\n%v\nwant\n%s", err, want)
+	}
+	c.Sources[0] = Source{Name: "s", APIVersion: "v1", Kind: "Secret", Payload: PayloadMetadata, Drop: []string{"metadata.labels"}}
+	if err := c.Validate(); err != nil {
+		t.Errorf("metadata payload of Secrets: %v", err)
 	}
 }
 

@@ -158,10 +158,46 @@
 //     kubectl syntax ("app=web,tier!=db", "status.phase=Running").
 //   - eventTypes (default all): a subset of added, modified, deleted, no
 //     duplicates. Other events are dropped but still advance the checkpoint.
-//   - payload (default full): full (the object; metadata.managedFields
-//     removed), metadata (the object's metadata) or reference (apiVersion,
+//   - payload (default full): full (the object; metadata.managedFields and
+//     the last-applied annotation removed), metadata (apiVersion, kind and
+//     the object's metadata, cut the same way) or reference (apiVersion,
 //     kind, namespace, name, uid, resourceVersion).
 //   - keepManagedFields (default false): keep metadata.managedFields.
+//   - keepLastAppliedConfiguration (default false): keep the annotation
+//     kubectl.kubernetes.io/last-applied-configuration, the whole object as
+//     last applied with kubectl (a Secret's data, a ConfigMap's contents).
+//     By default it is removed from full and metadata payloads; an object
+//     left with no annotation shows "annotations":{}.
+//   - allowSecretData (default false): allow payload full for a source of
+//     Secrets (apiVersion v1 + kind Secret, or resource {group: "",
+//     resource: secrets}). Without it that combination is an error naming
+//     sources[i].payload, since the events would carry the Secrets' data.
+//   - drop (default none): field paths removed from every payload (full and
+//     metadata), e.g. "spec.template.spec.containers[*].env" or
+//     'metadata.annotations["example.com/token"]'. The syntax (package
+//     event, ParsePath): member names joined by dots; [*] after a list for
+//     every element; ["..."] for a name other than letters, digits, '_' and
+//     '-' (annotation and label keys), with JSON escapes inside the quotes;
+//     [N] is not supported (list positions are not stable identities). A
+//     path through a value of another type, or to an absent member, removes
+//     nothing. Paths selecting apiVersion, kind, metadata or
+//     metadata.name, namespace, uid or resourceVersion are refused (they
+//     identify the object); so are paths ending in [*] and duplicates. The
+//     paths that removed something from an event are listed in its
+//     relayddropped extension. A change in a dropped field still counts as a
+//     change (list it in ignoreChanges too to suppress it).
+//   - ignoreChanges (default none): field paths, same syntax, whose changes
+//     do not count as a change of the object: they are left out of the
+//     object's fingerprint (as are metadata.resourceVersion,
+//     metadata.generation and metadata.managedFields), so a modification
+//     confined to them publishes nothing (it is counted in
+//     relayd_events_suppressed_total and moves the checkpoint on; added and
+//     deleted are never suppressed). The fingerprint of the last published
+//     version is kept in the object index and its bucket, so restarts and
+//     relists after a 410 use it too. A metadata or reference source with
+//     ignoreChanges reads whole objects (not PartialObjectMetadata): a
+//     change outside the ignored paths, its data included, is still
+//     published. Fine with any eventTypes.
 //   - initial (default snapshot): without a checkpoint, snapshot publishes
 //     every existing object first (origin "initial"); none starts from now.
 //

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/relayd/relayd/pkg/event"
 )
 
 // Problem is one thing wrong with a configuration.
@@ -478,9 +480,36 @@ func (v *validator) source(p string, s *Source) {
 
 	if pl := s.Payload; pl != PayloadFull && pl != PayloadMetadata && pl != PayloadReference {
 		v.add(p+".payload", "%q is not a valid payload (must be full, metadata or reference)", pl)
+	} else if pl == PayloadFull && s.IsSecret() && !s.AllowSecretData {
+		v.add(p+".payload", "full publishes the Secret's data; use metadata or reference, or set %s.allowSecretData: true", p)
 	}
+	v.shaping(p, s)
 	if in := s.Initial; in != InitialSnapshot && in != InitialNone {
 		v.add(p+".initial", "%q is not a valid initial mode (must be snapshot or none)", in)
+	}
+}
+
+// shaping reports every drop and ignoreChanges path that event.NewShaping
+// rejects, at the path of the list item.
+func (v *validator) shaping(p string, s *Source) {
+	_, err := event.NewShaping(s.Shaping())
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var se *event.ShapingError
+		if errors.As(e, &se) {
+			// "(first at drop[0])" names the item by its full key path,
+			// like the other duplicate problems.
+			msg := strings.Replace(se.Err.Error(), "(first at "+se.List+"[", "(first at "+p+"."+se.List+"[", 1)
+			v.add(p+"."+se.List+"["+strconv.Itoa(se.Index)+"]", "%s", msg)
+		} else {
+			v.add(p, "%v", e)
+		}
 	}
 }
 

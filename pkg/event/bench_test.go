@@ -263,3 +263,92 @@ func BenchmarkBaselineClientGoDecode(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkShaping measures what payload shaping costs on the per-event hot
+// path, on the pod fixture (8 KB: managedFields, env, status): the watch
+// frame parse plus the full payload, plain (ParseWatchEvent +
+// AppendPayload) next to shaped (ParseWatchEventShaped + AppendShaped,
+// dropping the containers' env and the status conditions, ignoring status),
+// and the steps alone.
+func BenchmarkShaping(b *testing.B) {
+	frame := append(append([]byte(`{"type":"MODIFIED","object":`), loadPod(b)...), '}')
+	s, err := NewShaping(ShapingOptions{
+		Drop:          []string{"spec.containers[*].env", "status.conditions"},
+		IgnoreChanges: []string{"status"},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]byte, 0, 16<<10)
+	b.Run("plain", func(b *testing.B) {
+		b.SetBytes(int64(len(frame)))
+		b.ReportAllocs()
+		for b.Loop() {
+			_, o, err := ParseWatchEvent(frame)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst = o.AppendPayload(dst[:0], PayloadFull, false)
+		}
+	})
+	b.Run("shaped-nil", func(b *testing.B) {
+		b.SetBytes(int64(len(frame)))
+		b.ReportAllocs()
+		for b.Loop() {
+			_, o, err := ParseWatchEventShaped(frame, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst, _ = o.AppendShaped(dst[:0], PayloadFull, nil)
+		}
+	})
+	b.Run("shaped", func(b *testing.B) {
+		b.SetBytes(int64(len(frame)))
+		b.ReportAllocs()
+		for b.Loop() {
+			_, o, err := ParseWatchEventShaped(frame, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst, _ = o.AppendShaped(dst[:0], PayloadFull, s)
+		}
+	})
+	b.Run("shaped+fingerprint", func(b *testing.B) {
+		b.SetBytes(int64(len(frame)))
+		b.ReportAllocs()
+		for b.Loop() {
+			_, o, err := ParseWatchEventShaped(frame, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst, _ = o.AppendShaped(dst[:0], PayloadFull, s)
+			_ = o.Fingerprint(s)
+		}
+	})
+	_, o, err := ParseWatchEventShaped(frame, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("append-shaped", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			dst, _ = o.AppendShaped(dst[:0], PayloadFull, s)
+		}
+		b.SetBytes(int64(len(dst)))
+	})
+	b.Run("fingerprint", func(b *testing.B) {
+		b.SetBytes(int64(len(o.Raw)))
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = o.Fingerprint(s)
+		}
+	})
+	b.Run("parse-path", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ParsePath(`spec.template.spec.containers[*].env[*]["valueFrom"]`); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

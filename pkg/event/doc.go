@@ -13,6 +13,78 @@
 // [ParseWatchFrame] splits a watch frame ({"type":..,"object":{..}}) and
 // [ParseWatchEvent] does both in one pass.
 //
+// # Field paths
+//
+// [ParsePath] compiles a field path, which selects object members by name:
+//
+//	spec.replicas                                 member replicas of member spec
+//	spec.template.spec.containers[*].env          env of every element of containers
+//	spec.containers[*].env[*].valueFrom           valueFrom of every element of each env
+//	metadata.annotations["example.com/token"]     a member name with other characters
+//	data["tls.key"]                               (a '.' inside a name must be quoted too)
+//	metadata.labels["say \"hi\""]                 escapes inside the quotes
+//
+// The rules:
+//
+//   - A path is a member name followed by steps: ".name", ["name"] or [*].
+//   - A plain name is one or more ASCII letters, digits, '_' and '-'
+//     (Kubernetes field names are lowerCamelCase: "spec", "podIP"). Every
+//     other name, such as an annotation or label key ("example.com/token",
+//     "app.kubernetes.io/name"), a data key with a dot, a non-ASCII or an
+//     empty name, is written quoted: ["..."], with JSON string escapes
+//     inside the quotes (\" and \\, also \/ \b \f \n \r \t \uXXXX; raw control
+//     characters are not allowed). A quoted name may also come first, and
+//     follows the step before it directly: metadata.annotations["a"], not
+//     metadata.annotations.["a"].
+//   - [*] (after a name, or after another [*]) steps into every element of
+//     an array.
+//   - [N] (one element by position) is not supported: positions are not
+//     stable identities. The apiserver reorders, inserts and removes list
+//     elements, so "the third container" is not the same container from one
+//     event to the next.
+//   - Names are compared with the object's keys after JSON unescaping, so
+//     "\u0073pec" in the object is member spec.
+//   - A path selects object members: a member is removed together with its
+//     key (and one comma, so the JSON stays valid). A path through a value
+//     of another type (a name on an array or a string, [*] on an object)
+//     selects nothing; so does a path whose members are absent.
+//
+// [Path.String] is the canonical form: plain names where possible, other
+// names quoted with '"', '\\', ',' and control characters escaped. It
+// round-trips through ParsePath.
+//
+// # Shaping: what a source publishes
+//
+// A [Shaping] ([NewShaping], from [ShapingOptions]) holds a source's Drop
+// paths (removed from every payload), IgnoreChanges paths (left out of the
+// fingerprint) and whether to keep metadata.managedFields and the
+// last-applied annotation ([LastAppliedAnnotation], which holds the whole
+// object as last applied by kubectl, a Secret's data included).
+// [ParseObjectShaped] and [ParseWatchEventShaped] record the byte span of
+// every selected member in the same single scan that validates the object;
+// [Object.AppendShaped] builds the payload by copying the bytes between the
+// cuts, and [Object.Fingerprint] hashes them, neither decoding the object.
+// Safe by default: with a nil Shaping, or KeepLastApplied false, the
+// last-applied annotation is removed from the full and the metadata payload
+// (leaving "annotations":{} when it was the only annotation: a member is
+// removed, never its parent), and managedFields too unless
+// KeepManagedFields. [Object.AppendPayload] keeps its narrower contract and
+// removes managedFields only.
+//
+// A Drop path may not select apiVersion, kind, metadata or
+// metadata.{name,namespace,uid,resourceVersion}: they identify the object.
+// Overlapping selections are fine (a member inside a removed member goes
+// with it). The metadata payload applies the cuts inside metadata and
+// never contains anything else (no data, stringData, spec or status);
+// the reference payload is built from Meta alone.
+//
+// The fingerprint is an xxhash64 of the object's bytes minus the
+// IgnoreChanges members and minus apiVersion, kind,
+// metadata.{resourceVersion,generation,managedFields}. It relies on the
+// apiserver writing an unchanged object with the same bytes (member order
+// and formatting are deterministic for a given object), so equal
+// fingerprints mean "nothing changed outside the ignored paths".
+//
 // # Subjects
 //
 // An object change is published on
@@ -57,7 +129,10 @@
 // deterministic id (<uid>/<resourceVersion>, plus /deleted for deletes) and
 // Nats-Msg-Id (<source>/<id>) so that JetStream drops replays. An event that
 // would exceed the NATS server's max payload is re-encoded with the reference
-// payload and relaydoversize=true instead of being dropped.
+// payload and relaydoversize=true instead of being dropped. When a Shaping's
+// Drop paths removed something from the data, [Change.Dropped] lists them
+// and the event carries the extension relayddropped: the canonical paths
+// joined by "," (header ce-relayddropped in binary mode).
 // [Encoder.Control] builds the sync.started / sync.completed control events.
 // [DecodeStructured] and [DecodeMessage] read events back (tests, tail); they
 // use encoding/json and are not on the hot path.

@@ -170,6 +170,13 @@ type Change struct {
 	// FinalStateUnknown marks a delete inferred after a gap (relist after a
 	// 410): the object was gone and its final state was never seen.
 	FinalStateUnknown bool
+	// Dropped lists the canonical paths of the Shaping's Drop paths that
+	// removed something from Data (as returned by Object.AppendShaped).
+	// When non-empty, the event carries the relayddropped extension: the
+	// paths joined by ",". It is left out when the payload is replaced by
+	// the reference because of MaxPayload. Each path must be non-empty and
+	// must not contain ',' (canonical paths never do).
+	Dropped []string
 }
 
 // Message is one NATS message. Header has the type of nats.Header.
@@ -316,6 +323,11 @@ func (e *Encoder) validate(c *Change) error {
 	case hasControl(c.Meta.ResourceVersion):
 		problem = "metadata.resourceVersion contains control characters"
 	default:
+		for _, p := range c.Dropped {
+			if p == "" || strings.IndexByte(p, ',') >= 0 {
+				return errors.New(describe(c) + ": dropped path " + strconv.Quote(p) + " is empty or contains a comma")
+			}
+		}
 		return nil
 	}
 	return errors.New(describe(c) + ": " + problem)
@@ -372,7 +384,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	r := &c.Resource
 	// Fixed text is ~470 bytes; strings are counted twice (subject path,
 	// extensions), escapes are rare and only make append grow once.
-	n := 600 + len(data) + len(ev.id) + 2*(len(m.Namespace)+len(m.Name)+len(r.Group)+len(r.Version)+len(r.Resource)) +
+	n := 600 + len(data) + len(ev.id) + dropLen(c.Dropped) + 2*(len(m.Namespace)+len(m.Name)+len(r.Group)+len(r.Version)+len(r.Resource)) +
 		len(m.APIVersion) + len(m.Kind) + len(m.UID) + len(m.ResourceVersion) + len(e.jsonSrcType) + len(e.jsonCluster)
 	b := make([]byte, 0, n)
 	b = append(b, `{"specversion":"`+SpecVersion+`","id":`...)
@@ -408,6 +420,16 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	if c.FinalStateUnknown {
 		b = append(b, `,"relaydfinalstateunknown":true`...)
 	}
+	if len(c.Dropped) > 0 && !oversize {
+		b = append(b, `,"relayddropped":"`...)
+		for i, p := range c.Dropped {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONStringContent(b, p)
+		}
+		b = append(b, '"')
+	}
 	b = append(b, `,"data":`...)
 	b = append(b, data...)
 	b = append(b, '}')
@@ -423,6 +445,19 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 		},
 		Data: b,
 	}
+}
+
+// dropLen is the length of the relayddropped member of c.Dropped, for
+// sizing (escapes aside).
+func dropLen(dropped []string) int {
+	if len(dropped) == 0 {
+		return 0
+	}
+	n := len(`,"relayddropped":""`)
+	for _, p := range dropped {
+		n += len(p) + 1
+	}
+	return n
 }
 
 // headerBuilder fills a header map whose values share one backing array.
@@ -473,6 +508,9 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, ov
 	}
 	if c.FinalStateUnknown {
 		hb.ce(HeaderPrefix+"relaydfinalstateunknown", "true")
+	}
+	if len(c.Dropped) > 0 && !oversize {
+		hb.ce(HeaderPrefix+"relayddropped", strings.Join(c.Dropped, ","))
 	}
 	hb.add(HeaderContentType, ContentTypeJSON)
 	hb.add(HeaderMsgID, ev.msgID)

@@ -35,6 +35,11 @@ type Envelope struct {
 	RelaydPayload           string `json:"relaydpayload"`
 	RelaydOversize          bool   `json:"relaydoversize"`
 	RelaydFinalStateUnknown bool   `json:"relaydfinalstateunknown"`
+	// RelaydDropped is the relayddropped extension: the canonical paths
+	// removed from the data, joined by "," (see Change.Dropped); "" when
+	// nothing was removed. Split it with strings.Split: canonical paths
+	// never contain ','.
+	RelaydDropped string `json:"relayddropped"`
 
 	Data json.RawMessage `json:"data"`
 }
@@ -143,6 +148,8 @@ func (env *Envelope) setAttr(name, v string) error {
 		env.RelaydOversize, err = strconv.ParseBool(v)
 	case "relaydfinalstateunknown":
 		env.RelaydFinalStateUnknown, err = strconv.ParseBool(v)
+	case "relayddropped":
+		env.RelaydDropped = v
 	}
 	return err
 }

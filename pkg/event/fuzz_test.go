@@ -4,7 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 func parseSeeds(tb testing.TB) [][]byte {
@@ -53,6 +59,11 @@ func FuzzParseObject(f *testing.F) {
 			t.Fatalf("Meta = %#v, encoding/json reads %#v", o.Meta, got)
 		}
 		checkPayloads(t, raw, &o)
+		// Shaped with a nil Shaping: managedFields and the last-applied
+		// annotation removed; the fingerprint.
+		checkShaped(t, raw, &o, nil)
+		checkNoRemovedValues(t, raw, &o, nil)
+		checkFingerprint(t, raw, &o, nil)
 
 		// With type meta defaulted, full and metadata payloads stay valid.
 		o.DefaultTypeMeta("example.com/v1", "Thing")
@@ -81,6 +92,19 @@ func FuzzParseObject(f *testing.F) {
 	})
 }
 
+// frameShaping is the Shaping FuzzParseWatchFrame applies to the objects
+// of valid frames.
+var frameShaping = func() *Shaping {
+	s, err := NewShaping(ShapingOptions{
+		Drop:          []string{"spec.containers[*].env", "status", "metadata.labels", "x[*][*].y", `metadata.annotations["a"]`},
+		IgnoreChanges: []string{"metadata.annotations", "spec.containers[*].image", "x"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
 // FuzzParseWatchFrame checks that ParseWatchFrame and ParseWatchEvent never
 // panic, agree with json.Valid on syntax and with encoding/json on the type
 // and object.
@@ -93,6 +117,7 @@ func FuzzParseWatchFrame(f *testing.F) {
 	}
 	f.Add([]byte(`{"object":{},"type":"ERROR","extra":{"a":[1]}}`))
 	f.Add([]byte(`{"type":"A\u0044DED","object":{}}`))
+	f.Add([]byte(`{"type":"ADDED","object":{"metadata":{"labels":{"a":"bcdefg"},"annotations":{"a":"secret-a","b":"y"}},"spec":{"containers":[{"env":[{"value":"secret-env"}],"image":"i"},{"image":"j"}]},"x":[[{"y":1,"z":2}],{"y":3}],"status":{"s":"status-value"}}}`))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		typ, object, err := ParseWatchFrame(frame)
 		valid := json.Valid(frame)
@@ -135,8 +160,280 @@ func FuzzParseWatchFrame(f *testing.F) {
 					t.Fatalf("%s: ParseWatchEvent payload %q, ParseObject %q", mode, a, b)
 				}
 			}
+
+			// The shaped parse of the frame agrees with that of the object.
+			_, so, serr := ParseWatchEventShaped(frame, frameShaping)
+			sp, sperr := ParseObjectShaped(object, frameShaping)
+			if serr != nil || sperr != nil || so.Meta != o.Meta {
+				t.Fatalf("shaped: ParseWatchEventShaped %v, ParseObjectShaped %v", serr, sperr)
+			}
+			for _, mode := range []PayloadMode{PayloadFull, PayloadMetadata, PayloadReference} {
+				a, da := so.AppendShaped(nil, mode, frameShaping)
+				b, db := sp.AppendShaped(nil, mode, frameShaping)
+				if !bytes.Equal(a, b) || !slices.Equal(da, db) {
+					t.Fatalf("%s: shaped frame payload %q %q, object %q %q", mode, a, da, b, db)
+				}
+			}
+			if so.Fingerprint(frameShaping) != sp.Fingerprint(frameShaping) {
+				t.Fatal("shaped: fingerprints differ")
+			}
+			checkShaped(t, object, &sp, frameShaping)
+			checkNoRemovedValues(t, object, &sp, frameShaping)
+			checkFingerprint(t, object, &sp, frameShaping)
 		} else if errors.As(eerr, &se) && valid {
 			t.Fatalf("ParseWatchEvent(%q) = %v but json.Valid accepts it", frame, eerr)
 		}
 	})
+}
+
+// FuzzParsePath checks that ParsePath never panics, reports errors as
+// *PathError at an offset inside the input, and that String round-trips.
+func FuzzParsePath(f *testing.F) {
+	for _, s := range []string{
+		"spec", "spec.template.spec.containers[*].env", `metadata.annotations["example.com/token"]`,
+		`a["\"\\\/\b\f\n\r\t\u0041\ud83d\ude00"]`, `a["x,y"]`, `a[""][*][*].b`, "a[0]", "a..b", `a["x`, "[*]", `["a"].b`,
+		`a["\ud800"]`, "a[\"\x01\"]", "a\xff", `a.["b"]`, "a[*", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParsePath(s)
+		if err != nil {
+			var pe *PathError
+			if !errors.As(err, &pe) || pe.Offset < -1 || pe.Offset > len(s) || pe.Msg == "" {
+				t.Fatalf("ParsePath(%q): error %#v", s, err)
+			}
+			return
+		}
+		if p.Len() == 0 {
+			t.Fatalf("ParsePath(%q) returned an empty path", s)
+		}
+		c := p.String()
+		q, err := ParsePath(c)
+		if err != nil || !q.Equal(p) {
+			t.Fatalf("ParsePath(%q).String() = %q, which parses to %v, %v", s, c, q.segs, err)
+		}
+		if q.String() != c {
+			t.Fatalf("String is not canonical: %q then %q", c, q.String())
+		}
+		if strings.Contains(c, ",") {
+			t.Fatalf("canonical path %q contains a comma", c)
+		}
+		if !utf8.ValidString(c) {
+			t.Fatalf("canonical path %q is not UTF-8", c)
+		}
+	})
+}
+
+// FuzzShaped checks, for arbitrary object JSON and paths, that the shaped
+// parse fails exactly when ParseObject does; that the full and metadata
+// payloads are valid JSON and decode to encoding/json's reading of the
+// object minus the selected members; that they never contain a removed
+// string value; that the fingerprint hashes the object minus the ignored
+// and volatile members; and that a watch frame around the object gives the
+// same results.
+func FuzzShaped(f *testing.F) {
+	type seed struct {
+		raw          string
+		d1, d2, ign  string
+		keepMF, keep bool
+	}
+	la := `"kubectl.kubernetes.io/last-applied-configuration":"{\"data\":{\"password\":\"aHVudGVyMg==\"}}"`
+	for _, s := range []seed{
+		{`{"metadata":{"name":"x"},"spec":{"a":1,"b":2,"c":3}}`, "spec.b", "spec.c", "spec.a", false, false},
+		{`{"metadata":{"annotations":{` + la + `},"managedFields":[]},"data":{"k":"secret-value"}}`, "data.k", "", "status", false, false},
+		{`{"metadata":{"annotations":{` + la + `,"a":"b"}},"data":{"k":"secret-value"}}`, "data", "metadata.annotations", "data.k", true, true},
+		{`{"metadata":{},"spec":{"containers":[{"name":"a","env":[{"name":"K","value":"secret-1"}]},{"name":"b"},"s",[1]]}}`, "spec.containers[*].env", "spec.containers[*].env[*].value", "spec.containers[*].name", false, false},
+		{`{"metadata":{},"a":[[{"x":1,"z":2}],[{"x":3},5],{"y":1}]}`, "a[*][*].x", "a[*].y", "a[*][*].z", false, false},
+		{`{"metadata":{},"spec":{"template":{"spec":{"a":1}},"r":2},"status":{"x":1}}`, "spec.template.spec", "spec", "spec.template", false, false},
+		{"{ \"metadata\" : { \"labels\" : { \"a\" : \"bcdefg\" } , \"name\" : \"n\" } , \"spec\" : [ ] }", "metadata.labels.a", "spec", "metadata.labels", false, false},
+		{`{"m\u0065tadata":{"annotations":{"x\/y":"1"}},"sp\u0065c":{"\u0061":1,"b":2}}`, `metadata.annotations["x/y"]`, "spec.a", "spec.b", false, false},
+		{`{"metadata":{},"data":{"":"e","tls.key":"k","a,b":"x"}}`, `data[""]`, `data["tls.key"]`, `data["a,b"]`, false, false},
+		{string(loadPod(f)), "spec.containers[*].env", "status.conditions", "status", false, false},
+	} {
+		f.Add([]byte(s.raw), s.d1, s.d2, s.ign, s.keepMF, s.keep)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, d1, d2, ign string, keepMF, keepLA bool) {
+		opts := ShapingOptions{KeepManagedFields: keepMF, KeepLastApplied: keepLA}
+		for _, d := range []string{d1, d2} {
+			if d != "" {
+				opts.Drop = append(opts.Drop, d)
+			}
+		}
+		if ign != "" {
+			opts.IgnoreChanges = []string{ign}
+		}
+		s, err := NewShaping(opts)
+		if err != nil {
+			var se *ShapingError
+			if !errors.As(err, &se) {
+				t.Fatalf("NewShaping error %T %v", err, err)
+			}
+			return
+		}
+		o, err := ParseObjectShaped(raw, s)
+		po, perr := ParseObject(raw)
+		if (err == nil) != (perr == nil) || err != nil && err.Error() != perr.Error() {
+			t.Fatalf("ParseObjectShaped error %v, ParseObject error %v", err, perr)
+		}
+		if err != nil {
+			return
+		}
+		if o.Meta != po.Meta {
+			t.Fatalf("Meta %#v, ParseObject %#v", o.Meta, po.Meta)
+		}
+		checkShaped(t, raw, &o, s)
+		checkNoRemovedValues(t, raw, &o, s)
+		checkFingerprint(t, raw, &o, s)
+
+		frame := append(append([]byte(`{"object":`), raw...), `,"type":"ADDED"}`...)
+		_, fo, err := ParseWatchEventShaped(frame, s)
+		if se := (*SyntaxError)(nil); errors.As(err, &se) && se.Msg == errDepth(0).(*SyntaxError).Msg {
+			return // one level deeper than the object alone
+		}
+		if err != nil {
+			t.Fatalf("ParseWatchEventShaped of a frame around a valid object: %v", err)
+		}
+		for _, mode := range []PayloadMode{PayloadFull, PayloadMetadata} {
+			a, da := fo.AppendShaped(nil, mode, s)
+			b, db := o.AppendShaped(nil, mode, s)
+			if !bytes.Equal(a, b) || !slices.Equal(da, db) {
+				t.Fatalf("%s: frame %q %q, object %q %q", mode, a, da, b, db)
+			}
+		}
+		if fo.Fingerprint(s) != o.Fingerprint(s) {
+			t.Fatal("fingerprint differs between the frame and the object")
+		}
+	})
+}
+
+// checkNoRemovedValues checks that no string removed from a payload (by a
+// drop path, managedFields or the last-applied annotation) appears in it,
+// for strings long and plain enough to be recognised and that do not
+// appear in what the payload keeps. Only for inputs without escapes, whose
+// bytes are what they decode to.
+func checkNoRemovedValues(tb testing.TB, raw []byte, o *Object, s *Shaping) {
+	tb.Helper()
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		return
+	}
+	orig := decodeJSON(tb, raw).(map[string]any)
+	opts := s.Options()
+	var removed [][]pathSeg
+	for _, d := range opts.Drop {
+		removed = append(removed, MustParsePathTest(tb, d).segs)
+	}
+	if !opts.KeepManagedFields {
+		removed = append(removed, pathManagedFields)
+	}
+	if !opts.KeepLastApplied {
+		removed = append(removed, pathLastApplied)
+	}
+	var strs []string
+	for _, p := range removed {
+		collectSelected(orig, p, func(v any) { collectStrings(v, &strs) })
+	}
+	want := wantShaped(tb, raw, s)
+	for _, mode := range []PayloadMode{PayloadFull, PayloadMetadata} {
+		var w any = want
+		if mode == PayloadMetadata {
+			w = map[string]any{"apiVersion": o.Meta.APIVersion, "kind": o.Meta.Kind, "metadata": want["metadata"]}
+		}
+		kept, err := json.Marshal(w)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		payload, _ := o.AppendShaped(nil, mode, s)
+		for _, v := range strs {
+			if len(v) < 5 || !plainValue(v) || bytes.Contains(kept, []byte(v)) {
+				continue
+			}
+			if bytes.Contains(payload, []byte(v)) {
+				tb.Fatalf("%s payload contains the removed value %q: %s", mode, v, payload)
+			}
+		}
+	}
+}
+
+// plainValue reports whether v is made of characters that appear as they
+// are inside a JSON string and never span two tokens.
+func plainValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(isPlainName(c) || c == '.' || c == '/' || c == '=' || c == '+') {
+			return false
+		}
+	}
+	return true
+}
+
+// collectSelected calls fn with every value p selects in v.
+func collectSelected(v any, p []pathSeg, fn func(any)) {
+	if len(p) == 0 {
+		return
+	}
+	if p[0].all {
+		if a, ok := v.([]any); ok {
+			for _, e := range a {
+				collectSelected(e, p[1:], fn)
+			}
+		}
+		return
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	c, ok := m[p[0].name]
+	if !ok {
+		return
+	}
+	if len(p) == 1 {
+		fn(c)
+		return
+	}
+	collectSelected(c, p[1:], fn)
+}
+
+// collectStrings appends every string and object key in v to out.
+func collectStrings(v any, out *[]string) {
+	switch v := v.(type) {
+	case string:
+		*out = append(*out, v)
+	case []any:
+		for _, e := range v {
+			collectStrings(e, out)
+		}
+	case map[string]any:
+		for k, e := range v {
+			*out = append(*out, k)
+			collectStrings(e, out)
+		}
+	}
+}
+
+// checkFingerprint checks that the fingerprint hashes valid JSON equal to
+// the object minus its ignored and volatile members.
+func checkFingerprint(tb testing.TB, raw []byte, o *Object, s *Shaping) {
+	tb.Helper()
+	b := fingerprintBytes(o)
+	if !json.Valid(b) {
+		tb.Fatalf("fingerprinted bytes are not valid JSON: %q", b)
+	}
+	if o.Fingerprint(s) != xxhash.Sum64(b) {
+		tb.Fatal("Fingerprint is not the xxhash of the kept bytes")
+	}
+	want := decodeJSON(tb, raw).(map[string]any)
+	for _, p := range s.Options().IgnoreChanges {
+		deleteTree(want, MustParsePathTest(tb, p).segs)
+	}
+	for _, p := range [][]pathSeg{
+		{{name: "apiVersion"}}, {{name: "kind"}}, pathManagedFields,
+		{{name: "metadata"}, {name: "resourceVersion"}}, {{name: "metadata"}, {name: "generation"}},
+	} {
+		deleteTree(want, p)
+	}
+	if got := decodeJSON(tb, b); !reflect.DeepEqual(got, any(want)) {
+		tb.Fatalf("fingerprinted bytes decode to\n%v\nwant\n%v", got, want)
+	}
 }

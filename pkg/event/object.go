@@ -7,9 +7,10 @@ import (
 
 // Object is one object's raw JSON plus what a single scan found in it.
 //
-// The zero Object (or one whose Raw was not produced by [ParseObject] or
-// [ParseWatchEvent]) has no byte spans; [Object.AppendPayload] then builds the
-// reference payload from Meta in every mode.
+// The zero Object (or one whose Raw was not produced by [ParseObject],
+// [ParseWatchEvent] or their Shaped variants) has no byte spans;
+// [Object.AppendPayload] and [Object.AppendShaped] then build the reference
+// payload from Meta in every mode.
 type Object struct {
 	// Raw is the object's JSON. It aliases the input of ParseObject (or the
 	// frame given to ParseWatchEvent) and must not be modified while the
@@ -21,10 +22,53 @@ type Object struct {
 
 	start, end         int  // the object itself in Raw, without surrounding whitespace
 	metaStart, metaEnd int  // the metadata value ({...}) in Raw
-	mfStart, mfEnd     int  // bytes to cut to drop metadata.managedFields; equal when absent
 	hasAPIVersion      bool // the object has an apiVersion member (possibly null)
 	hasKind            bool // the object has a kind member (possibly null)
+
+	// fix holds the members every parse records (apiVersion, kind,
+	// metadata.resourceVersion, metadata.generation, metadata.managedFields
+	// and the last-applied annotation), one slot each; key == 0 when
+	// absent. A second member of the same name (a duplicate key) goes to
+	// recs.
+	fix [numFixed]member
+	// recs holds the other members selected by the Shaping's paths, in the
+	// order of their keys in Raw.
+	recs []member
+	// sh is the Shaping the object was parsed with (nil for none); its
+	// drop paths are what member.drop indexes.
+	sh *Shaping
 }
+
+// member is the position of one selected object member in Raw.
+type member struct {
+	key  int   // offset of the key's opening quote (> 0)
+	val  int   // offset just past the value
+	prev int   // offset just past the previous member's value in the same object; -1 if first
+	next int   // offset of the next member's key in the same object; -1 if last
+	drop int32 // index of the Shaping's drop path ending here; -1 if none
+	mask uint8 // cat* bits: why the member was selected
+}
+
+// Why a member is recorded; a payload or a fingerprint leaves out the
+// members whose mask intersects its own.
+const (
+	catDrop          uint8 = 1 << iota // a ShapingOptions.Drop path
+	catIgnore                          // a ShapingOptions.IgnoreChanges path
+	catManagedFields                   // metadata.managedFields
+	catLastApplied                     // the last-applied-configuration annotation
+	catVolatile                        // apiVersion, kind, metadata.resourceVersion, metadata.generation: not fingerprinted
+)
+
+// The slots of Object.fix.
+const (
+	fxAPIVersion = iota
+	fxKind
+	fxResourceVersion
+	fxGeneration
+	fxManagedFields
+	fxLastApplied
+	numFixed
+)
 
 // The identifying fields, in Meta field order.
 const (
@@ -59,7 +103,10 @@ type strSpan struct {
 // json.Valid), extracts apiVersion, kind and
 // metadata.{namespace,name,uid,resourceVersion} into Object.Meta (decoding
 // JSON string escapes exactly like encoding/json) and remembers the byte span
-// of metadata.managedFields so that AppendPayload can drop it.
+// of metadata.managedFields so that AppendPayload can drop it (and those of
+// the last-applied annotation, metadata.resourceVersion and
+// metadata.generation, for AppendShaped and Fingerprint). It is
+// ParseObjectShaped(raw, nil).
 //
 // Missing fields and JSON null leave the Meta field empty: list items of
 // built-in kinds carry no apiVersion and kind, and a bookmark object carries
@@ -75,6 +122,14 @@ type strSpan struct {
 // Raw is not copied: the returned Object aliases raw. Leading and trailing
 // whitespace is allowed and is not part of any payload.
 func ParseObject(raw []byte) (Object, error) {
+	return ParseObjectShaped(raw, nil)
+}
+
+// ParseObjectShaped is ParseObject that also records, in the same single
+// pass, the members selected by the Drop and IgnoreChanges paths of s, for
+// AppendShaped and Fingerprint. A nil s selects only the members every parse
+// records (see ParseObject).
+func ParseObjectShaped(raw []byte, s *Shaping) (Object, error) {
 	i := skipWS(raw, 0)
 	if i >= len(raw) {
 		return Object{}, errors.New("object is empty")
@@ -82,7 +137,7 @@ func ParseObject(raw []byte) (Object, error) {
 	if raw[i] != '{' {
 		return Object{}, errors.New("object is not a JSON object")
 	}
-	o, end, err := parseObject(raw, i, 1)
+	o, end, err := parseObject(raw, i, 1, s)
 	if err != nil {
 		return Object{}, err
 	}
@@ -93,154 +148,220 @@ func ParseObject(raw []byte) (Object, error) {
 	return o, nil
 }
 
+// Scan levels: the object itself, its metadata, or an object below either
+// that a path leads into.
+const (
+	levelTop = iota
+	levelMeta
+	levelNested
+)
+
+// walker is the state of one parse.
+type walker struct {
+	data  []byte
+	o     *Object
+	spans [numFields]strSpan
+	seen  uint16 // bit per key (f*, keyManagedFields, keyMetadata)
+}
+
 // parseObject parses the object starting at data[i] == '{', at nesting depth
 // depth, and returns it with spans relative to data (Raw unset) and the offset
 // just past it.
-func parseObject(data []byte, i, depth int) (o Object, end int, err error) {
-	var spans [numFields]strSpan
-	var seen uint16 // bit per key (f*, keyManagedFields, keyMetadata)
+func parseObject(data []byte, i, depth int, s *Shaping) (o Object, end int, err error) {
+	root := defaultRoot
+	if s != nil {
+		root = s.root
+	}
+	o.sh = s
+	w := walker{data: data, o: &o}
 	o.start = i
-	i = skipWS(data, i+1)
-	if i >= len(data) {
-		return o, 0, errTruncated(data)
+	if end, err = w.object(i, depth, root, levelTop); err != nil {
+		return o, 0, err
 	}
-	if data[i] != '}' {
-		for {
-			if data[i] != '"' {
-				return o, 0, errInvalid(data, i, "looking for beginning of object key string")
-			}
-			kend, kflags, err := scanString(data, i)
-			if err != nil {
-				return o, 0, err
-			}
-			key := matchKey(data[i+1:kend-1], kflags, true)
-			if i, err = skipColon(data, kend); err != nil {
-				return o, 0, err
-			}
-			if key != keyOther {
-				if seen&(1<<key) != 0 {
-					if key == keyMetadata {
-						return o, 0, errors.New("duplicate key metadata")
-					}
-					return o, 0, errors.New("duplicate key " + fieldNames[key])
-				}
-				seen |= 1 << key
-			}
-			switch key {
-			case fAPIVersion, fKind:
-				i, err = parseStringField(data, i, &spans[key], fieldNames[key])
-			case keyMetadata:
-				if data[i] != '{' {
-					return o, 0, errors.New("metadata is not a JSON object")
-				}
-				i, err = parseMetadata(data, i, depth+1, &o, &spans, &seen)
-			default:
-				i, err = skipValue(data, i, depth)
-			}
-			if err != nil {
-				return o, 0, err
-			}
-			i = skipWS(data, i)
-			if i >= len(data) {
-				return o, 0, errTruncated(data)
-			}
-			if data[i] == '}' {
-				break
-			}
-			if data[i] != ',' {
-				return o, 0, errInvalid(data, i, "after object key:value pair")
-			}
-			i = skipWS(data, i+1)
-			if i >= len(data) {
-				return o, 0, errTruncated(data)
-			}
-		}
-	}
-	if seen&(1<<keyMetadata) == 0 {
+	if w.seen&(1<<keyMetadata) == 0 {
 		return o, 0, errors.New("missing metadata")
 	}
-	o.end = i + 1
-	o.hasAPIVersion = seen&(1<<fAPIVersion) != 0
-	o.hasKind = seen&(1<<fKind) != 0
-	o.Meta = buildMeta(data, &spans)
-	return o, o.end, nil
+	o.end = end
+	o.hasAPIVersion = w.seen&(1<<fAPIVersion) != 0
+	o.hasKind = w.seen&(1<<fKind) != 0
+	o.Meta = buildMeta(data, &w.spans)
+	return o, end, nil
 }
 
-// parseMetadata parses the metadata object starting at data[i] == '{'.
-func parseMetadata(data []byte, i, depth int, o *Object, spans *[numFields]strSpan, seen *uint16) (int, error) {
-	o.metaStart = i
+// object scans the object starting at data[i] == '{', whose members are at
+// nesting depth depth, and returns the offset just past it. Members named by
+// a child of n are recorded (when the child ends a path) and walked into
+// (when paths go on below it); at levelTop and levelMeta the identifying
+// fields are read as well.
+func (w *walker) object(i, depth int, n *node, level int) (int, error) {
+	data := w.data
+	if depth > maxDepth {
+		return 0, errDepth(i)
+	}
+	if level == levelMeta {
+		w.o.metaStart = i
+	}
 	i = skipWS(data, i+1)
 	if i >= len(data) {
 		return 0, errTruncated(data)
 	}
+	if data[i] == '}' {
+		if level == levelMeta {
+			w.o.metaEnd = i + 1
+		}
+		return i + 1, nil
+	}
 	prevEnd := -1 // end of the previous member's value
-	if data[i] != '}' {
-		for {
-			if data[i] != '"' {
-				return 0, errInvalid(data, i, "looking for beginning of object key string")
-			}
-			keyStart := i
-			kend, kflags, err := scanString(data, i)
-			if err != nil {
-				return 0, err
-			}
-			key := matchKey(data[i+1:kend-1], kflags, false)
-			if i, err = skipColon(data, kend); err != nil {
-				return 0, err
-			}
+	open := noMember
+	for {
+		if data[i] != '"' {
+			return 0, errInvalid(data, i, "looking for beginning of object key string")
+		}
+		keyStart := i
+		kend, kflags, err := scanString(data, i)
+		if err != nil {
+			return 0, err
+		}
+		if open != noMember {
+			w.member(open).next = keyStart
+			open = noMember
+		}
+		k := data[i+1 : kend-1]
+		var kbuf [64]byte
+		if !stringIsPlain(k, kflags) {
+			k = appendUnquoted(kbuf[:0], k)
+		}
+		if i, err = skipColon(data, kend); err != nil {
+			return 0, err
+		}
+		key := keyOther
+		if level != levelNested {
+			key = matchKey(k, level == levelTop)
 			if key != keyOther {
-				if *seen&(1<<key) != 0 {
-					if key == keyManagedFields {
+				if w.seen&(1<<key) != 0 {
+					switch key {
+					case keyMetadata:
+						return 0, errors.New("duplicate key metadata")
+					case keyManagedFields:
 						return 0, errors.New("duplicate key metadata.managedFields")
 					}
 					return 0, errors.New("duplicate key " + fieldNames[key])
 				}
-				*seen |= 1 << key
+				w.seen |= 1 << key
 			}
-			switch key {
-			case fNamespace, fName, fUID, fResourceVersion:
-				i, err = parseStringField(data, i, &spans[key], fieldNames[key])
-			default:
-				i, err = skipValue(data, i, depth)
-			}
-			if err != nil {
-				return 0, err
-			}
-			valEnd := i
-			i = skipWS(data, i)
-			if i >= len(data) {
-				return 0, errTruncated(data)
-			}
-			if data[i] == '}' {
-				if key == keyManagedFields {
-					// Last member: cut from the end of the previous value
-					// (taking its comma), or the member alone if it is the
-					// only one.
-					o.mfStart, o.mfEnd = keyStart, valEnd
-					if prevEnd >= 0 {
-						o.mfStart = prevEnd
-					}
-				}
-				break
-			}
-			if data[i] != ',' {
-				return 0, errInvalid(data, i, "after object key:value pair")
-			}
-			i = skipWS(data, i+1)
-			if i >= len(data) {
-				return 0, errTruncated(data)
-			}
-			if key == keyManagedFields {
-				// Not last: cut the member, its comma and the whitespace up
-				// to the next key.
-				o.mfStart, o.mfEnd = keyStart, i
-			}
-			prevEnd = valEnd
 		}
+		c := n.child(k)
+		if c != nil && c.mask != 0 {
+			open = w.open(c, keyStart, prevEnd)
+		}
+		switch {
+		case key < numFields:
+			i, err = parseStringField(data, i, &w.spans[key], fieldNames[key])
+		case key == keyMetadata:
+			if data[i] != '{' {
+				return 0, errors.New("metadata is not a JSON object")
+			}
+			i, err = w.object(i, depth+1, c, levelMeta)
+		case c != nil && c.kids != nil && data[i] == '{':
+			i, err = w.object(i, depth+1, c, levelNested)
+		case c != nil && c.all != nil && data[i] == '[':
+			i, err = w.array(i, depth+1, c.all)
+		default:
+			i, err = skipValue(data, i, depth)
+		}
+		if err != nil {
+			return 0, err
+		}
+		valEnd := i
+		if open != noMember {
+			w.member(open).val = valEnd
+		}
+		i = skipWS(data, i)
+		if i >= len(data) {
+			return 0, errTruncated(data)
+		}
+		if data[i] == '}' {
+			break
+		}
+		if data[i] != ',' {
+			return 0, errInvalid(data, i, "after object key:value pair")
+		}
+		i = skipWS(data, i+1)
+		if i >= len(data) {
+			return 0, errTruncated(data)
+		}
+		prevEnd = valEnd
 	}
-	o.metaEnd = i + 1
+	if level == levelMeta {
+		w.o.metaEnd = i + 1
+	}
 	return i + 1, nil
 }
+
+// array scans the array starting at data[i] == '[', whose elements are at
+// nesting depth depth, walking every element with n (the node of a [*]
+// step).
+func (w *walker) array(i, depth int, n *node) (int, error) {
+	data := w.data
+	if depth > maxDepth {
+		return 0, errDepth(i)
+	}
+	i = skipWS(data, i+1)
+	if i >= len(data) {
+		return 0, errTruncated(data)
+	}
+	if data[i] == ']' {
+		return i + 1, nil
+	}
+	for {
+		var err error
+		switch {
+		case i >= len(data):
+			return 0, errTruncated(data)
+		case data[i] == '{' && n.kids != nil:
+			i, err = w.object(i, depth+1, n, levelNested)
+		case data[i] == '[' && n.all != nil:
+			i, err = w.array(i, depth+1, n.all)
+		default:
+			i, err = skipValue(data, i, depth)
+		}
+		if err != nil {
+			return 0, err
+		}
+		i = skipWS(data, i)
+		if i >= len(data) {
+			return 0, errTruncated(data)
+		}
+		switch data[i] {
+		case ',':
+			i = skipWS(data, i+1)
+		case ']':
+			return i + 1, nil
+		default:
+			return 0, errInvalid(data, i, "after array element")
+		}
+	}
+}
+
+// noMember is the "none" value of the handles returned by walker.open.
+const noMember = -1
+
+// open records the member of node c whose key starts at keyStart and returns
+// a handle to it: >= 0 is an index in recs, < -1 a slot of fix.
+func (w *walker) open(c *node, keyStart, prevEnd int) int {
+	m := member{key: keyStart, prev: prevEnd, next: -1, drop: c.drop, mask: c.mask}
+	if c.fixed >= 0 && w.o.fix[c.fixed].key == 0 {
+		w.o.fix[c.fixed] = m
+		return -2 - int(c.fixed)
+	}
+	if w.o.recs == nil {
+		w.o.recs = make([]member, 0, 8) // one allocation for most objects
+	}
+	w.o.recs = append(w.o.recs, m)
+	return len(w.o.recs) - 1
+}
+
+func (w *walker) member(h int) *member { return w.o.at(h) }
 
 // parseStringField reads the value at data[i] of one of the identifying
 // fields: a string (recorded in sp) or null (left empty).
@@ -259,20 +380,9 @@ func parseStringField(data []byte, i int, sp *strSpan, name string) (int, error)
 	return 0, errors.New(name + " is not a string")
 }
 
-// matchKey classifies an object key (raw contents between the quotes, with
-// its scanString flags) at the top level or inside metadata. Keys are
-// compared after unescaping, so "\u006bind" is kind.
-func matchKey(raw []byte, flags uint8, top bool) int {
-	k := raw
-	if !stringIsPlain(raw, flags) {
-		// Every escape decodes to at least one byte per 6 input bytes, so a
-		// longer key cannot decode to one of the (<= 15 byte) keys matched.
-		if len(raw) > 6*15 {
-			return keyOther
-		}
-		var buf [48]byte
-		k = appendUnquoted(buf[:0], raw)
-	}
+// matchKey classifies a decoded object key at the top level or inside
+// metadata.
+func matchKey(k []byte, top bool) int {
 	if top {
 		switch string(k) {
 		case "apiVersion":
@@ -334,6 +444,35 @@ func buildMeta(data []byte, spans *[numFields]strSpan) Meta {
 	}
 }
 
+// shift moves every recorded offset by d (ParseWatchEvent: from frame
+// offsets to offsets in the object).
+func (o *Object) shift(d int) {
+	o.start += d
+	o.end += d
+	o.metaStart += d
+	o.metaEnd += d
+	for k := range o.fix {
+		o.fix[k].shift(d)
+	}
+	for k := range o.recs {
+		o.recs[k].shift(d)
+	}
+}
+
+func (m *member) shift(d int) {
+	if m.key == 0 {
+		return
+	}
+	m.key += d
+	m.val += d
+	if m.prev >= 0 {
+		m.prev += d
+	}
+	if m.next >= 0 {
+		m.next += d
+	}
+}
+
 // DefaultTypeMeta fills Meta.APIVersion and Meta.Kind when they are empty,
 // typically with Resource.APIVersion() and Resource.Kind for list items,
 // which the apiserver sends without apiVersion and kind. A full payload of an
@@ -367,7 +506,23 @@ func (o *Object) parsed() bool {
 // Any other mode is treated as PayloadFull. An Object without byte spans
 // (not from ParseObject/ParseWatchEvent) yields the reference payload. The
 // result is always valid JSON.
+//
+// AppendPayload removes nothing but managedFields, whatever Shaping the
+// object was parsed with: [Object.AppendShaped] applies a Shaping's cuts
+// and removes the last-applied annotation.
 func (o *Object) AppendPayload(dst []byte, mode PayloadMode, keepManagedFields bool) []byte {
+	var mask uint8
+	if !keepManagedFields {
+		mask = catManagedFields
+	}
+	var c cutter
+	return o.appendPayload(dst, mode, mask, &c)
+}
+
+// appendPayload is AppendPayload leaving out the members whose mask
+// intersects mask, cut by c (which then knows which drop paths removed
+// something).
+func (o *Object) appendPayload(dst []byte, mode PayloadMode, mask uint8, c *cutter) []byte {
 	if mode == PayloadReference || !o.parsed() {
 		return AppendReference(dst, o.Meta)
 	}
@@ -375,14 +530,16 @@ func (o *Object) AppendPayload(dst []byte, mode PayloadMode, keepManagedFields b
 		dst = appendJSONField(append(dst, '{'), "apiVersion", o.Meta.APIVersion)
 		dst = appendJSONField(append(dst, ','), "kind", o.Meta.Kind)
 		dst = append(dst, `,"metadata":`...)
-		dst = o.appendCut(dst, o.metaStart, o.metaEnd, keepManagedFields)
+		c.init(o, o.metaStart, o.metaEnd, mask)
+		dst = c.appendTo(o, dst)
 		return append(dst, '}')
 	}
 	start := o.start
 	injectAPIVersion := !o.hasAPIVersion && o.Meta.APIVersion != ""
 	injectKind := !o.hasKind && o.Meta.Kind != ""
 	if injectAPIVersion || injectKind {
-		// The object has at least its metadata member, so a comma follows.
+		// The object keeps at least its metadata member (no path can
+		// remove it), so a comma follows.
 		dst = append(dst, '{')
 		if injectAPIVersion {
 			dst = append(appendJSONField(dst, "apiVersion", o.Meta.APIVersion), ',')
@@ -392,16 +549,8 @@ func (o *Object) AppendPayload(dst []byte, mode PayloadMode, keepManagedFields b
 		}
 		start++
 	}
-	return o.appendCut(dst, start, o.end, keepManagedFields)
-}
-
-// appendCut appends Raw[from:to] minus the managedFields cut (if inside).
-func (o *Object) appendCut(dst []byte, from, to int, keep bool) []byte {
-	if keep || o.mfEnd <= o.mfStart || o.mfStart < from || o.mfEnd > to {
-		return append(dst, o.Raw[from:to]...)
-	}
-	dst = append(dst, o.Raw[from:o.mfStart]...)
-	return append(dst, o.Raw[o.mfEnd:to]...)
+	c.init(o, start, o.end, mask)
+	return c.appendTo(o, dst)
 }
 
 // AppendReference appends the reference payload built from m alone:
@@ -429,7 +578,7 @@ func AppendReference(dst []byte, m Meta) []byte {
 // string", "watch frame object is not a JSON object", "watch frame has
 // duplicate key type|object", or a [*SyntaxError].
 func ParseWatchFrame(frame []byte) (typ string, object []byte, err error) {
-	typ, start, end, _, err := scanWatchFrame(frame, false)
+	typ, start, end, _, err := scanWatchFrame(frame, false, nil)
 	if err != nil {
 		return "", nil, err
 	}
@@ -440,24 +589,24 @@ func ParseWatchFrame(frame []byte) (typ string, object []byte, err error) {
 // in a single pass over the frame. The Object aliases frame. It fails like
 // ParseObject if the object has no metadata, so use ParseWatchFrame for
 // frames that may carry something else (e.g. type "ERROR" with a Status).
+// It is ParseWatchEventShaped(frame, nil).
 func ParseWatchEvent(frame []byte) (typ string, obj Object, err error) {
-	typ, start, end, obj, err := scanWatchFrame(frame, true)
+	return ParseWatchEventShaped(frame, nil)
+}
+
+// ParseWatchEventShaped is ParseWatchEvent that also records the members
+// selected by s, like ParseObjectShaped, in the same single pass.
+func ParseWatchEventShaped(frame []byte, s *Shaping) (typ string, obj Object, err error) {
+	typ, start, end, obj, err := scanWatchFrame(frame, true, s)
 	if err != nil {
 		return "", Object{}, err
 	}
 	obj.Raw = frame[start:end:end]
-	obj.start -= start
-	obj.end -= start
-	obj.metaStart -= start
-	obj.metaEnd -= start
-	if obj.mfEnd > obj.mfStart {
-		obj.mfStart -= start
-		obj.mfEnd -= start
-	}
+	obj.shift(-start)
 	return typ, obj, nil
 }
 
-func scanWatchFrame(frame []byte, parse bool) (typ string, objStart, objEnd int, obj Object, err error) {
+func scanWatchFrame(frame []byte, parse bool, s *Shaping) (typ string, objStart, objEnd int, obj Object, err error) {
 	i := skipWS(frame, 0)
 	if i >= len(frame) {
 		return "", 0, 0, obj, errors.New("watch frame is empty")
@@ -508,7 +657,7 @@ func scanWatchFrame(frame []byte, parse bool) (typ string, objStart, objEnd int,
 				}
 				objStart = i
 				if parse {
-					obj, i, err = parseObject(frame, i, 2)
+					obj, i, err = parseObject(frame, i, 2, s)
 				} else {
 					i, err = skipObject(frame, i, 2)
 				}

@@ -39,6 +39,7 @@ const (
 type Metrics struct {
 	Events           *prometheus.CounterVec   // source, type, origin
 	EventsFiltered   *prometheus.CounterVec   // source
+	EventsSuppressed *prometheus.CounterVec   // source
 	WatchRestarts    *prometheus.CounterVec   // source, reason
 	Relists          *prometheus.CounterVec   // source, reason
 	ResyncMarkers    *prometheus.CounterVec   // source, marker
@@ -71,6 +72,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"source", "type", "origin"}),
 		EventsFiltered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relayd_events_filtered_total", Help: "Events read but not published because of the source's eventTypes filter.",
+		}, src),
+		EventsSuppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_events_suppressed_total", Help: "modified events not published because the object changed only in the source's ignoreChanges fields.",
 		}, src),
 		WatchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relayd_watch_restarts_total", Help: "Watch requests that ended and were restarted, by reason.",
@@ -141,7 +145,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	buildInfo.WithLabelValues(version.Version, version.Commit, version.GoVersion()).Set(1)
 
 	cs := []prometheus.Collector{
-		m.Events, m.EventsFiltered, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
+		m.Events, m.EventsFiltered, m.EventsSuppressed, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
 		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.PublishErrors, m.Duplicates, m.Oversize,
 		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.SourceUp,
 		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, buildInfo,
@@ -165,6 +169,7 @@ func (m *Metrics) InitSource(source string) {
 		}
 	}
 	m.EventsFiltered.WithLabelValues(source)
+	m.EventsSuppressed.WithLabelValues(source)
 	for _, r := range []string{ReasonExpired, ReasonTimeout, ReasonIdle, ReasonClosed, ReasonForbidden, ReasonNotFound, ReasonResolve, ReasonError, ReasonPanic} {
 		m.WatchRestarts.WithLabelValues(source, r)
 	}

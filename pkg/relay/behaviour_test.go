@@ -195,7 +195,8 @@ func TestForbiddenSourceIsReportedAndOthersKeepRunning(t *testing.T) {
   - name: secrets
     apiVersion: v1
     kind: Secret
-    namespaces: [$NS]`)
+    namespaces: [$NS]
+    payload: metadata`)
 	ctx := t.Context()
 	// Production RBAC: list/watch configmaps, get/update the pre-created checkpoint.
 	if _, err := f.cs.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cp"}}, metav1.CreateOptions{}); err != nil {

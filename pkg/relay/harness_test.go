@@ -207,9 +207,10 @@ func (f *fixture) start(rc *rest.Config, wantReady bool) *running {
 	r := &running{cancel: cancel, done: make(chan error, 1), reg: prometheus.NewRegistry()}
 	addrs := make(chan string, 1)
 	log := zaptest.NewLogger(f.t, zaptest.Level(zap.WarnLevel))
+	cfg := f.config() // here: its Fatalf must not run in the goroutine below
 	go func() {
 		r.done <- relay.Run(ctx, relay.Options{
-			Config: f.config(), RestConfig: rc, Logger: log, Registry: r.reg,
+			Config: cfg, RestConfig: rc, Logger: log, Registry: r.reg,
 			MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
 			Ready:      func(_, h string) { addrs <- h },
 			IndexCheck: true, // every relist in every test is checked against a consistent LIST

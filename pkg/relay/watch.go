@@ -41,9 +41,12 @@ type watch struct {
 	watcher     *source.Watcher
 	enc         *event.Encoder
 	filter      map[event.Type]bool
-	tracked     int // objects in idx as last reported to relayd_tracked_objects
+	shaping     *event.Shaping // the source's drop/ignoreChanges paths; its frames are parsed with it
+	fingerprint bool           // the source has ignoreChanges: objects get fingerprints
+	tracked     int            // objects in idx as last reported to relayd_tracked_objects
 	trackedG    prometheus.Gauge
 	filtered    prometheus.Counter
+	suppressed  prometheus.Counter
 	established atomic.Bool
 	up          atomic.Bool
 	lastErr     atomic.Value // string: why the watch last stopped (for /readyz)
@@ -86,11 +89,20 @@ func (r *relay) newWatches(src *config.Source) []*watch {
 	for _, t := range []config.EventType{config.EventAdded, config.EventModified, config.EventDeleted} {
 		filter[event.Type(t)] = src.Publishes(t)
 	}
+	// Validate compiled the same options; an error here is a Config built
+	// in Go without Validate, and the source then publishes unshaped.
+	shaping, err := event.NewShaping(src.Shaping())
+	if err != nil {
+		r.log.Error("source shaping options do not compile; publishing without drop and ignoreChanges", zap.String("source", src.Name), zap.Error(err))
+		shaping = nil
+	}
 	var ws []*watch
 	for _, ns := range namespaces {
 		w := &watch{src: src, namespace: ns, key: checkpoint.Key(src.Name, ns), filter: filter,
+			shaping: shaping, fingerprint: shaping != nil && len(src.IgnoreChanges) > 0,
 			trackedG: r.m.TrackedObjects.WithLabelValues(src.Name), filtered: r.m.EventsFiltered.WithLabelValues(src.Name),
-			ixPrefix: index.Prefix(src.Name, ns)}
+			suppressed: r.m.EventsSuppressed.WithLabelValues(src.Name),
+			ixPrefix:   index.Prefix(src.Name, ns)}
 		w.log = r.log.With(zap.String("source", src.Name), zap.String("namespace", ns))
 		w.pipe = r.sink.NewPipeline(src.Name, func(a sink.Advance) { r.advance(w, a) })
 		ws = append(ws, w)
@@ -238,6 +250,12 @@ func (r *relay) runOnce(ctx context.Context, w *watch) (err error) {
 			Backoff:  r.relistBackoff(),
 			Logger:   r.log.Named("source"), Metrics: r.m,
 			OnState: func(up bool) { r.setUp(w, up) },
+			// Payload metadata and reference publish nothing else. With
+			// ignoreChanges the whole object is read all the same: a
+			// change anywhere outside the ignored paths (a ConfigMap's
+			// data, say) must still be published, as metadata.
+			MetadataOnly: w.src.Payload != config.PayloadFull && !w.fingerprint,
+			Shaping:      w.shaping,
 		})
 		if err != nil {
 			return err
@@ -356,12 +374,22 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 			return nil
 		}
 		obj := index.Object{UID: meta.UID, Namespace: meta.Namespace, Name: meta.Name, ResourceVersion: meta.ResourceVersion}
+		if w.fingerprint {
+			obj.Fingerprint = it.Object.Fingerprint(w.shaping)
+		}
 		typ := it.Type
 		changed := true
 		if it.Origin == event.OriginWatch {
-			if typ == event.Deleted {
+			switch {
+			case typ == event.Deleted:
 				changed = w.idx.Delete(meta.UID)
-			} else {
+			case typ == event.Modified && w.idx.Same(obj):
+				// Only ignoreChanges fields changed: not published, and
+				// the index keeps the version that was; the position
+				// still moves on.
+				w.suppressed.Inc()
+				return w.pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+			default:
 				changed = w.idx.Put(obj)
 			}
 		} else {
@@ -394,10 +422,10 @@ func (r *relay) handle(ctx context.Context, w *watch, it *source.Item) error {
 			w.filtered.Inc()
 			return w.pipe.Submit(ctx, sink.Entry{Index: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 		}
-		data := it.Object.AppendPayload(nil, event.PayloadMode(w.src.Payload), w.src.KeepManagedFields)
+		data, dropped := it.Object.AppendShaped(nil, event.PayloadMode(w.src.Payload), w.shaping)
 		msg, err := w.enc.Encode(&event.Change{
 			Type: typ, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
-			Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.src.Payload), Data: data,
+			Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.src.Payload), Data: data, Dropped: dropped,
 		})
 		if err != nil {
 			// Only an object whose bare reference exceeds the NATS max payload

@@ -22,6 +22,12 @@
 //     last resourceVersion read. 410 Expired triggers a relist; repeated
 //     failures back off exponentially with jitter.
 //   - resourceVersions are opaque strings: only compared for equality.
+//   - With Options.MetadataOnly, every request asks for PartialObjectMetadata
+//     (Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1),
+//     so the rest of each object is neither sent nor read, and the items
+//     get the resource's apiVersion and kind instead of meta.k8s.io/v1
+//     PartialObjectMetadata. A server that answers 406 Not Acceptable gets
+//     requests for whole objects from then on.
 package source
 
 import (
@@ -108,13 +114,36 @@ type Options struct {
 	Metrics       *metrics.Metrics
 	// OnState is told when the watch is established (true) or lost (false).
 	OnState func(up bool)
+	// MetadataOnly lists and watches PartialObjectMetadata instead of whole
+	// objects, for sources that publish nothing but metadata (payload
+	// metadata or reference): the rest of each object (a Pod's spec and
+	// status, a ConfigMap's or Secret's data) then never leaves the
+	// apiserver, and relayd neither reads, parses nor holds it. Items carry
+	// Resource's apiVersion and kind (event.Object.OverrideTypeMeta), not
+	// the apiserver's meta.k8s.io/v1 PartialObjectMetadata. Their Objects
+	// hold only metadata: do not publish them with payload full.
+	MetadataOnly bool
+	// Shaping is the source's event.Shaping: every object is parsed with
+	// it, so that the payload cuts and the fingerprint come from the one
+	// scanning pass. nil: no drop or ignoreChanges paths.
+	Shaping *event.Shaping
 }
+
+// The Accept headers of a MetadataOnly watcher: the object form for
+// watches (and the streaming list, which is one), the List form for LIST
+// requests (on a collection, the apiserver refuses the object form with 406
+// Not Acceptable).
+const (
+	AcceptPartialObjectMetadata     = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+	AcceptPartialObjectMetadataList = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+)
 
 // Watcher reads one collection. Run may be called again after it returned
 // an error; it resumes from where it stopped.
 type Watcher struct {
-	o   Options
-	log *zap.Logger
+	o          Options
+	log        *zap.Logger
+	apiVersion string // o.Resource.APIVersion()
 
 	// Per-frame metric children, resolved once.
 	lastEvent, lastBookmark prometheus.Gauge
@@ -126,6 +155,9 @@ type Watcher struct {
 	listing  *listPlan // a list is due before watching
 	noStream bool      // the server refused the streaming list; use LIST pages
 	started  bool
+	// wholeObjects: the server refused PartialObjectMetadata (406), so
+	// fetch whole objects. Used by Run's goroutine only, like noStream.
+	wholeObjects bool
 }
 
 type listPlan struct {
@@ -167,6 +199,7 @@ func New(o Options) (*Watcher, error) {
 	}
 	return &Watcher{
 		o: o, log: o.Logger.With(zap.String("source", o.Source), zap.String("namespace", o.Namespace)),
+		apiVersion:   o.Resource.APIVersion(),
 		lastEvent:    o.Metrics.LastEvent.WithLabelValues(o.Source),
 		lastBookmark: o.Metrics.LastBookmark.WithLabelValues(o.Source),
 		bookmarks:    o.Metrics.Bookmarks.WithLabelValues(o.Source),
@@ -206,6 +239,9 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			// initial: none — start from the current state without listing.
 			rv, err := w.currentRV(ctx)
 			if err != nil {
+				if w.refusedMetadata(err) {
+					continue
+				}
 				if perm := permanent(err); perm != "" {
 					w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, perm).Inc()
 					return w.describe(err)
@@ -246,6 +282,8 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			w.log.Warn("watch position expired (410); relisting", zap.String("resourceVersion", w.rv), zap.Error(err))
 		case errors.Is(err, handlerError{}):
 			return err
+		case w.refusedMetadata(err):
+			continue
 		default:
 			if perm := permanent(err); perm != "" {
 				w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, perm).Inc()
@@ -277,6 +315,34 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 		if !sleep(ctx, d) {
 			return ctx.Err()
 		}
+	}
+}
+
+// metadataOnly reports whether requests ask for PartialObjectMetadata.
+func (w *Watcher) metadataOnly() bool { return w.o.MetadataOnly && !w.wholeObjects }
+
+// refusedMetadata reports whether err is the server refusing a
+// PartialObjectMetadata request (406 Not Acceptable: an aggregated
+// apiserver not built on k8s.io/apiserver may not convert), and if so
+// switches to whole objects, of which only the metadata is published: the
+// source keeps working, at the cost the option would have saved.
+func (w *Watcher) refusedMetadata(err error) bool {
+	if !w.metadataOnly() || !apierrors.IsNotAcceptable(err) {
+		return false
+	}
+	w.log.Warn("the apiserver cannot serve this resource as PartialObjectMetadata; fetching whole objects from now on (still publishing only their metadata)", zap.Error(err))
+	w.wholeObjects = true
+	return true
+}
+
+// setTypeMeta gives obj the resource's apiVersion and kind: a
+// PartialObjectMetadata says meta.k8s.io/v1 PartialObjectMetadata; a list
+// item of a built-in kind says nothing.
+func (w *Watcher) setTypeMeta(obj *event.Object) {
+	if w.o.MetadataOnly {
+		obj.OverrideTypeMeta(w.apiVersion, w.o.Resource.Kind)
+	} else {
+		obj.DefaultTypeMeta(w.apiVersion, w.o.Resource.Kind)
 	}
 }
 
@@ -335,8 +401,16 @@ func (e handlerError) Is(target error) bool { _, ok := target.(handlerError); re
 
 var errStreamingUnsupported = errors.New("streaming list not supported")
 
-func (w *Watcher) request(ctx context.Context) *rest.Request {
+// request starts a LIST (list) or WATCH request of the collection.
+func (w *Watcher) request(list bool) *rest.Request {
 	r := w.o.Client.Get().Resource(w.o.Resource.Resource)
+	if w.metadataOnly() {
+		if list {
+			r = r.SetHeader("Accept", AcceptPartialObjectMetadataList)
+		} else {
+			r = r.SetHeader("Accept", AcceptPartialObjectMetadata)
+		}
+	}
 	if w.o.Namespace != "" {
 		r = r.Namespace(w.o.Namespace)
 	}
@@ -366,7 +440,7 @@ func RawResult(res rest.Result) ([]byte, error) {
 func (w *Watcher) currentRV(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.o.IdleTimeout)
 	defer cancel()
-	body, err := RawResult(w.request(ctx).Param("limit", "1").Do(ctx))
+	body, err := RawResult(w.request(true).Param("limit", "1").Do(ctx))
 	if err != nil {
 		return "", err
 	}
@@ -435,7 +509,7 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 	)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, w.o.IdleTimeout)
-		r := w.request(pctx).Param("limit", strconv.FormatInt(w.o.PageSize, 10))
+		r := w.request(true).Param("limit", strconv.FormatInt(w.o.PageSize, 10))
 		if cont != "" {
 			r = r.Param("continue", cont)
 		}
@@ -455,13 +529,14 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 			rv = page.Metadata.ResourceVersion
 		}
 		for _, raw := range page.Items {
-			obj, err := event.ParseObject(raw)
+			obj, err := event.ParseObjectShaped(raw, w.o.Shaping)
 			if err != nil {
 				w.log.Error("skipping unparsable list item (reported, not published)", zap.Error(err))
 				continue
 			}
-			// LIST items of built-in kinds carry no apiVersion/kind.
-			obj.DefaultTypeMeta(w.o.Resource.APIVersion(), w.o.Resource.Kind)
+			// LIST items of built-in kinds carry no apiVersion/kind, those
+			// of a PartialObjectMetadataList meta.k8s.io/v1's.
+			w.setTypeMeta(&obj)
 			n++
 			it := &Item{Kind: ItemObject, Type: event.Added, Origin: origin, Object: obj, Epoch: s.Epoch, ReadAt: time.Now()}
 			if err := h(ctx, it); err != nil {
@@ -494,7 +569,7 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 			return err
 		}
 	}
-	req := w.request(ctx).
+	req := w.request(false).
 		Param("watch", "true").
 		Param("allowWatchBookmarks", "true").
 		Param("timeoutSeconds", strconv.Itoa(int(w.o.Timeout/time.Second)))
@@ -545,7 +620,7 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 		readAt := time.Now()
 		// One pass over the frame for type, object and its metadata. Only an
 		// ERROR frame may carry an object without metadata (a Status).
-		typ, o, err := event.ParseWatchEvent(frame)
+		typ, o, err := event.ParseWatchEventShaped(frame, w.o.Shaping)
 		obj := o.Raw
 		if err != nil {
 			var ferr error
@@ -559,6 +634,9 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 		switch typ {
 		case "ADDED", "MODIFIED", "DELETED":
 			t, _ := event.TypeFromWatch(typ)
+			if w.o.MetadataOnly {
+				o.OverrideTypeMeta(w.apiVersion, w.o.Resource.Kind)
+			}
 			it := &Item{Kind: ItemObject, Type: t, Origin: origin, Object: o, Epoch: w.epoch, ReadAt: readAt}
 			if streamList {
 				n++

@@ -2,13 +2,17 @@ package source
 
 // Narrow unit tests against a fake apiserver for what a real one does not
 // produce on demand: a 410 on every watch (a storm) and a silent connection.
-// Every normal path is tested against the real apiserver in pkg/relay.
+// Every normal path is tested against the real apiserver in pkg/relay; the
+// metadata-only fetch is also tested against it here (partialmeta_test.go),
+// where the bytes read from the apiserver can be inspected.
 
 import (
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,11 +26,46 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/metrics"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The package's etcd + kube-apiserver, started by the first test that
+// needs it (the micro-benchmarks of `make bench` do not), stopped by
+// TestMain.
+var (
+	envOnce   sync.Once
+	sharedEnv *testenv.Env
+	envErr    error
+)
+
+func apiserver(t *testing.T) *testenv.Env {
+	t.Helper()
+	envOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		sharedEnv, envErr = testenv.Start(ctx, testenv.Options{})
+	})
+	if envErr != nil {
+		t.Fatal(envErr)
+	}
+	return sharedEnv
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedEnv != nil {
+		sharedEnv.Stop()
+	}
+	if code == 0 {
+		if err := goleak.Find(testenv.LeakOptions()...); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: goroutine leak after all tests:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 const cmJSON = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","uid":"u1","resourceVersion":"5"}}`
 
