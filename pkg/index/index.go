@@ -57,12 +57,28 @@ func (o Outcome) String() string {
 // always is for objects created by a kube-apiserver), else a hash of it.
 type key [16]byte
 
+// entry is 32 bytes: the resourceVersion and the sync mark share a word so
+// that the fingerprint costs no memory over an index without it.
 type entry struct {
-	rv   uint64 // numeric resourceVersion; 0 means "see Index.rvs"
+	rvm  uint64 // numeric resourceVersion << markBits | sync mark; resourceVersion 0 means "see Index.rvs"
 	fp   uint64 // Object.Fingerprint
 	name string // "namespace/name", or "name" for cluster-scoped objects
-	mark uint32 // sync generation that last observed the entry
 }
+
+// markBits of entry.rvm hold the sync generation that last observed the
+// entry; the resourceVersion (an etcd revision) keeps the other 48 bits,
+// and a larger one goes to Index.rvs like a non-numeric one.
+const (
+	markBits = 16
+	markMask = 1<<markBits - 1
+	maxRV    = 1<<(64-markBits) - 1
+)
+
+func (e entry) rv() uint64   { return e.rvm >> markBits }
+func (e entry) mark() uint16 { return uint16(e.rvm & markMask) }
+
+func (e *entry) setRV(rv uint64)     { e.rvm = rv<<markBits | e.rvm&markMask }
+func (e *entry) setMark(mark uint16) { e.rvm = e.rvm&^markMask | uint64(mark) }
 
 // Index is the per-watch object index. It is not safe for concurrent use:
 // one watch goroutine owns it.
@@ -70,7 +86,7 @@ type Index struct {
 	m    map[key]entry
 	rvs  map[key]string // resourceVersions that are not decimal integers (rare)
 	uids map[key]string // uids that are not UUIDs (rare)
-	mark uint32
+	mark uint16
 }
 
 // New returns an empty index.
@@ -144,31 +160,31 @@ func (x *Index) uidOf(k key) string {
 }
 
 // parseRV returns the resourceVersion as an integer when it is a canonical
-// decimal (no sign, no leading zero) that fits, else 0. It is only used to
+// decimal (no sign, no leading zero) that fits in 48 bits, else 0. It is only used to
 // store it compactly; resourceVersions are compared for equality.
 func parseRV(rv string) uint64 {
 	if rv == "" || rv[0] == '0' || len(rv) > 19 {
 		return 0
 	}
 	n, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil {
+	if err != nil || n > maxRV {
 		return 0
 	}
 	return n
 }
 
 func (x *Index) rvOf(k key, e entry) string {
-	if e.rv != 0 {
-		return strconv.FormatUint(e.rv, 10)
+	if rv := e.rv(); rv != 0 {
+		return strconv.FormatUint(rv, 10)
 	}
 	return x.rvs[k]
 }
 
 func sameRV(x *Index, k key, e entry, rv string) bool {
 	if n := parseRV(rv); n != 0 {
-		return e.rv == n
+		return e.rv() == n
 	}
-	return e.rv == 0 && x.rvs[k] == rv
+	return e.rv() == 0 && x.rvs[k] == rv
 }
 
 func joinName(ns, name string) string {
@@ -193,8 +209,8 @@ func (x *Index) store(k key, isUUID bool, o Object, old entry, existed bool) {
 		e.name = joinName(o.Namespace, o.Name)
 	}
 	e.fp = o.Fingerprint
-	e.rv = parseRV(o.ResourceVersion)
-	if e.rv == 0 {
+	e.setRV(parseRV(o.ResourceVersion))
+	if e.rv() == 0 {
 		if x.rvs == nil {
 			x.rvs = map[key]string{}
 		}
@@ -273,7 +289,7 @@ func (x *Index) BeginSync() {
 	x.mark++
 	if x.mark == 0 { // wrapped: clear old marks so none can match
 		for k, e := range x.m {
-			e.mark = 0
+			e.setMark(0)
 			x.m[k] = e
 		}
 		x.mark = 1
@@ -291,13 +307,13 @@ func (x *Index) Observe(o Object) Outcome {
 	out := Added
 	if ok {
 		if sameRV(x, k, e, o.ResourceVersion) || (o.Fingerprint != 0 && e.fp == o.Fingerprint) {
-			e.mark = x.mark
+			e.setMark(x.mark)
 			x.m[k] = e
 			return Unchanged
 		}
 		out = Modified
 	}
-	e.mark = x.mark
+	e.setMark(x.mark)
 	x.store(k, isUUID, o, e, ok)
 	return out
 }
@@ -309,7 +325,7 @@ func (x *Index) Observe(o Object) Outcome {
 func (x *Index) EndSync(gone func(Object) error) (int, error) {
 	n := 0
 	for k, e := range x.m {
-		if e.mark == x.mark {
+		if e.mark() == x.mark {
 			continue
 		}
 		if gone != nil {

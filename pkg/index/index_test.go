@@ -91,7 +91,7 @@ func TestSync(t *testing.T) {
 		t.Fatalf("after superseded sync: removed %d, left %d; want 7, 1", n, x.Len())
 	}
 	// Mark wrap-around clears old marks.
-	x.mark = ^uint32(0)
+	x.mark = ^uint16(0)
 	x.BeginSync()
 	if n, _ := x.EndSync(nil); n != 1 {
 		t.Fatalf("after wrap: removed %d, want 1", n)
@@ -181,5 +181,29 @@ func TestFingerprints(t *testing.T) {
 	}
 	if got, _ := x.Get(uid(1)); got.ResourceVersion != "17" || got.Fingerprint != 0xbeef {
 		t.Errorf("after a modified observe: %+v", got)
+	}
+}
+
+// A resourceVersion past 48 bits does not fit beside the sync mark: it is
+// kept as a string, and marks still work.
+func TestHugeResourceVersion(t *testing.T) {
+	x := New()
+	huge := "281474976710656" // 1<<48
+	x.Put(Object{UID: uid(1), Name: "a", ResourceVersion: huge, Fingerprint: 7})
+	x.Put(Object{UID: uid(2), Name: "b", ResourceVersion: "281474976710655"})
+	for _, tt := range []struct{ uid, rv string }{{uid(1), huge}, {uid(2), "281474976710655"}} {
+		if got, _ := x.Get(tt.uid); got.ResourceVersion != tt.rv {
+			t.Errorf("%s: rv %q, want %q", tt.uid, got.ResourceVersion, tt.rv)
+		}
+	}
+	x.BeginSync()
+	if out := x.Observe(Object{UID: uid(1), Name: "a", ResourceVersion: huge}); out != Unchanged {
+		t.Errorf("huge rv observed as %s", out)
+	}
+	if n, _ := x.EndSync(nil); n != 1 {
+		t.Errorf("EndSync removed %d, want 1 (b, not observed)", n)
+	}
+	if got, ok := x.Get(uid(1)); !ok || got.ResourceVersion != huge || got.Fingerprint != 7 {
+		t.Errorf("after the sync: %+v %v", got, ok)
 	}
 }
