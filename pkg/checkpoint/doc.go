@@ -1,6 +1,6 @@
 // Package checkpoint stores relayd's position in each watch — a
 // resourceVersion per (source, namespace) — in one ConfigMap, so that a
-// restart or a fail-over resumes where relayd stopped (DESIGN.md §1, §3).
+// restart or a fail-over resumes where relayd stopped (README.md, "Delivery guarantees").
 //
 // # The invariant
 //

@@ -172,7 +172,7 @@ func BenchmarkBaselineUnmarshalMapStripMarshal(b *testing.B) {
 	}
 }
 
-// The benchmarks below name the hot-path steps of DESIGN §1 one by one, so
+// The benchmarks below name the hot-path steps (docs/PERFORMANCE.md) one by one, so
 // that `make bench` (benchstat) shows each step's cost and allocations:
 // frame parse, metadata extraction, managedFields stripping, envelope build
 // and subject encoding; then the same work done the client-go way.

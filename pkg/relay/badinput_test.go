@@ -602,11 +602,11 @@ func TestRBACRevokedMidRun(t *testing.T) {
 	if v := metricValue(t, r.reg, "relayd_source_up", map[string]string{"source": "cms"}); v != 0 {
 		t.Errorf("relayd_source_up{cms} = %v while forbidden, want 0", v)
 	}
-	// /readyz is about start-up (DESIGN §5: "every source's first watch
-	// established"); a source refused later is reported by relayd_source_up,
+	// /readyz is about start-up (README "Operations": ready once every source's first watch is
+	// established); a source refused later is reported by relayd_source_up,
 	// relayd_watch_restarts_total and the log above, and relayd stays ready.
 	if err := r.readyErr(); err != nil {
-		t.Errorf("readyz while forbidden after a successful start: %v, want ready (DESIGN §5)", err)
+		t.Errorf("readyz while forbidden after a successful start: %v, want ready", err)
 	}
 	if err := r.healthErr(); err != nil {
 		t.Errorf("healthz while forbidden: %v (a crash loop in the making)", err)

@@ -172,7 +172,7 @@ const gapSources = `
     labelSelector: app=x`
 
 // TestGapRecovery forces a 410 Gone (etcd compacted past relayd's position
-// while it is down, watch cache off) and checks DESIGN §3 "Across a 410":
+// while it is down, watch cache off) and checks the README's "Delivery guarantees", "Across a 410 Gone":
 // objects created, modified and deleted during the gap surface exactly (the
 // deletes with final state unknown, also for an object that only stopped
 // matching a label selector), unchanged objects are not republished, an
