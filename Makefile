@@ -37,25 +37,9 @@ kustomize-bin: ## Build kustomize (pinned in tools/kustomize/go.mod) into .cache
 testenv-bins: ## Build etcd + kube-apiserver for tests into .cache/ (cold: ~8-12 min; then cached).
 	hack/testenv-bins.sh >/dev/null
 
-# The package's postinst runs `invoke-rc.d prometheus start` (and, under
-# systemd, deb-systemd-invoke start). Both ask /usr/sbin/policy-rc.d, and
-# exit 101 forbids the start: ours is put in place for the install and
-# whatever was there before is restored. Under systemd the unit the package
-# enables is also disabled and stopped. Tests run their own prometheus.
 .PHONY: prometheus-bin
 prometheus-bin: ## Install Debian's prometheus package (prometheus + promtool, for test/observability) if missing; never starts its service.
-	@if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then exit 0; fi; \
-	sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
-	echo "installing Debian's prometheus package (prometheus, promtool)"; \
-	pol=/usr/sbin/policy-rc.d; saved=""; \
-	if [ -e $$pol ]; then saved=$$(mktemp); $$sudo cp -p $$pol $$saved; fi; \
-	restore() { if [ -n "$$saved" ]; then $$sudo cp -p $$saved $$pol; rm -f $$saved; else $$sudo rm -f $$pol; fi; }; \
-	trap restore EXIT; \
-	printf '#!/bin/sh\nexit 101\n' | $$sudo tee $$pol >/dev/null; $$sudo chmod 755 $$pol; \
-	$$sudo apt-get update; \
-	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; \
-	if [ -d /run/systemd/system ]; then $$sudo systemctl disable --now prometheus.service >/dev/null 2>&1 || true; fi; \
-	prometheus --version 2>&1 | head -1; promtool --version 2>&1 | head -1
+	hack/prometheus-bin.sh
 
 .PHONY: demo
 demo: testenv-bins build ## Run relayd against local etcd + kube-apiserver + NATS and watch the events arrive (Ctrl-C stops it all).

@@ -141,7 +141,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	log.Info("starting", zap.String("version", version.Version), zap.String("config", *cfgPath),
+	log.Info("starting", zap.String("version", version.Version), zap.Bool("failpoints", version.Failpoints()), zap.String("config", *cfgPath),
 		zap.String("cluster", cfg.Cluster), zap.Int("sources", len(cfg.Sources)))
 	err = relay.Run(ctx, relay.Options{
 		Config: cfg, RestConfig: restCfg, Logger: log, Registry: prometheus.NewRegistry(),

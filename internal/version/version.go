@@ -2,7 +2,12 @@
 // -ldflags "-X github.com/relayd/relayd/internal/version.Version=...".
 package version
 
-import "runtime"
+import (
+	"runtime"
+	"strconv"
+
+	"github.com/relayd/relayd/internal/failpoint"
+)
 
 // Stamped at build time; defaults for `go run` and tests.
 var (
@@ -14,7 +19,16 @@ var (
 // GoVersion is the Go toolchain that built the binary.
 func GoVersion() string { return runtime.Version() }
 
-// String is the one-line form printed by `relayd version`.
+// Failpoints reports whether the binary was built with the "failpoints"
+// build tag (internal/failpoint): true only for the reliability suite's
+// builds (docs/RELIABILITY.md), never for a shipped one. It follows from
+// the build tag, so no -ldflags can set it.
+func Failpoints() bool { return failpoint.Enabled }
+
+// String is the one-line form printed by `relayd version`, e.g.
+//
+//	relayd v1.4.0 (commit 9520d9a, built 2026-11-24T07:00:00Z, go1.26.0, failpoints=false)
 func String() string {
-	return "relayd " + Version + " (commit " + Commit + ", built " + BuildDate + ", " + GoVersion() + ")"
+	return "relayd " + Version + " (commit " + Commit + ", built " + BuildDate + ", " + GoVersion() +
+		", failpoints=" + strconv.FormatBool(Failpoints()) + ")"
 }

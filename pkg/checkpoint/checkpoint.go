@@ -46,9 +46,18 @@ const (
 // that still conflicts is retried by the next Run tick.
 var conflictBackoff = wait.Backoff{Steps: 8, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: time.Second}
 
+// FormatVersion is the version of the stored value's layout, written as its
+// last member "v" (docs/DEPLOY.md, "Upgrade and rollback: formats"). Values
+// without it were written before it existed, in the same layout: version 0
+// reads as 1. A value with a higher version was written by a newer relayd;
+// [Store.Load] refuses it, naming the key and the version, rather than
+// misread it.
+const FormatVersion = 1
+
 // Position is what relayd stores per watch key: the resourceVersion to resume
 // the watch from, the relist generation of the source it belongs to, and when
-// relayd advanced to it. It is stored as compact JSON.
+// relayd advanced to it. It is stored as compact JSON, followed by the
+// format version ("v", see [FormatVersion]).
 type Position struct {
 	// ResourceVersion is opaque: it is compared for equality only.
 	ResourceVersion string `json:"resourceVersion"`
@@ -235,6 +244,10 @@ func (s *Store) Load(ctx context.Context) error {
 	var errs []error
 	for _, k := range keys {
 		p, err := decode(cm.Data[k])
+		if errors.Is(err, errNewerFormat) {
+			errs = append(errs, fmt.Errorf("checkpoint: ConfigMap %s key %q: %w: run that relayd version or a newer one (docs/DEPLOY.md, \"Upgrade and rollback: formats\"), or delete the key (relayd then starts that watch afresh, per the source's initial setting)", s.object(), k, err))
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("checkpoint: ConfigMap %s key %q: %w: fix the value or delete the key (relayd then starts that watch afresh, per the source's initial setting)", s.object(), k, err))
 			continue
@@ -311,17 +324,38 @@ func (s *Store) probeUpdate(ctx context.Context, cm *corev1.ConfigMap) error {
 	}
 }
 
+// stored is the JSON of a stored value: the Position's members, then "v".
+// Older relayds decode it into a Position, ignoring "v" (encoding/json
+// ignores unknown members), which is what makes a rollback safe.
+type stored struct {
+	Position
+	V uint64 `json:"v"`
+}
+
+// encode is the stored value of p, in the current format.
+func encode(p Position) (string, error) {
+	b, err := json.Marshal(stored{Position: p, V: FormatVersion})
+	return string(b), err
+}
+
+// errNewerFormat marks a value written in a format newer than FormatVersion.
+var errNewerFormat = errors.New("it was written by a newer relayd")
+
 // decode parses one stored value; a position without a resourceVersion is
-// invalid (it would silently restart the watch from scratch).
+// invalid (it would silently restart the watch from scratch), and one in a
+// format newer than FormatVersion is refused.
 func decode(raw string) (Position, error) {
-	var p Position
-	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+	var v stored
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
 		return Position{}, fmt.Errorf("not a valid position (%v)", err)
 	}
-	if p.ResourceVersion == "" {
+	if v.V > FormatVersion {
+		return Position{}, fmt.Errorf("checkpoint format version %d (\"v\") is newer than this relayd reads (up to %d): %w", v.V, FormatVersion, errNewerFormat)
+	}
+	if v.ResourceVersion == "" {
 		return Position{}, errors.New("not a valid position (no resourceVersion)")
 	}
-	return p, nil
+	return v.Position, nil
 }
 
 // state returns key's state, creating it; s.mu must be held.
@@ -439,11 +473,11 @@ func (s *Store) collect(force bool) ([]pending, error) {
 		if !force && st.normalGen <= st.persistedGen && now.Sub(st.storedAt) < s.bmInt {
 			continue // bookmark-only progress, persisted recently enough
 		}
-		b, err := json.Marshal(st.pos)
+		raw, err := encode(st.pos)
 		if err != nil { // cannot happen for Position
 			return nil, fmt.Errorf("checkpoint: encode key %q: %w", k, err)
 		}
-		out = append(out, pending{key: k, gen: st.gen, raw: string(b)})
+		out = append(out, pending{key: k, gen: st.gen, raw: raw})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out, nil

@@ -27,9 +27,15 @@
 //
 // One data key per watch ([Key]): "<source>" for an all-namespaces or
 // cluster-scoped watch, "<source>.<namespace>" for a per-namespace watch. The
-// value is the [Position] as compact JSON, for example
+// value is the [Position] as compact JSON followed by the format version
+// "v" ([FormatVersion]), for example
 //
-//	{"resourceVersion":"48213","epoch":2,"updated":"2026-11-23T10:15:02.123Z"}
+//	{"resourceVersion":"48213","epoch":2,"updated":"2026-11-23T10:15:02.123Z","index":{"generation":"2026-11-23T09:00:00.5Z","seq":812},"streamSeq":4410,"v":1}
+//
+// A value without "v" was written by an older relayd in the same layout; one
+// with a higher "v" stops [Store.Load] with an error naming the key and the
+// version. testdata/golden holds every form this version reads and the
+// bytes it writes (docs/DEPLOY.md, "Upgrade and rollback: formats").
 //
 // relayd's production RBAC grants only "get" and "update" on this one
 // ConfigMap (RBAC cannot restrict "create" to a name), so deploy/ ships it

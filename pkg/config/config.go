@@ -86,6 +86,10 @@ type NATS struct {
 	PublishTimeout Duration `yaml:"publishTimeout"`
 	// MaxInFlight bounds unacknowledged publishes per watch.
 	MaxInFlight int `yaml:"maxInFlight"`
+	// MaxInFlightBytes bounds the bytes of unacknowledged publishes of the
+	// whole process; MaxInFlightBytesPerWatch those of one watch.
+	MaxInFlightBytes         int `yaml:"maxInFlightBytes"`
+	MaxInFlightBytesPerWatch int `yaml:"maxInFlightBytesPerWatch"`
 	// Stream describes the JetStream stream events are published to.
 	Stream Stream `yaml:"stream"`
 	// Index configures the key-value bucket that persists the object index
@@ -338,14 +342,19 @@ const (
 // Defaults. They are constants (not variables) so that nothing can change
 // them at run time; the package doc lists them for users.
 const (
-	DefaultPrefix          = "k8s"
-	DefaultNATSName        = "relayd"
-	DefaultPublishTimeout  = 10 * time.Second
-	DefaultMaxInFlight     = 256
-	DefaultDuplicateWindow = 10 * time.Minute
-	DefaultReplicas        = 1
-	DefaultStorage         = StorageFile
-	DefaultMaxBytes        = -1
+	DefaultPrefix         = "k8s"
+	DefaultNATSName       = "relayd"
+	DefaultPublishTimeout = 10 * time.Second
+	DefaultMaxInFlight    = 256
+	// The byte bounds fit the deployment's 256 MiB memory limit: while NATS
+	// is unreachable an unacknowledged message is held twice (relayd's copy
+	// and the client's reconnect buffer).
+	DefaultMaxInFlightBytes         = 48 << 20
+	DefaultMaxInFlightBytesPerWatch = 16 << 20
+	DefaultDuplicateWindow          = 10 * time.Minute
+	DefaultReplicas                 = 1
+	DefaultStorage                  = StorageFile
+	DefaultMaxBytes                 = -1
 	// DefaultMaxAge bounds a stream relayd creates: a week of events.
 	DefaultMaxAge = 7 * 24 * time.Hour
 	// DefaultIndexBucketPrefix + cluster is the default nats.index.bucket.
@@ -397,6 +406,8 @@ func (c *Config) ApplyDefaults() {
 	setString(&n.Name, DefaultNATSName)
 	setDuration(&n.PublishTimeout, DefaultPublishTimeout)
 	setInt(&n.MaxInFlight, DefaultMaxInFlight)
+	setInt(&n.MaxInFlightBytes, DefaultMaxInFlightBytes)
+	setInt(&n.MaxInFlightBytesPerWatch, DefaultMaxInFlightBytesPerWatch)
 	s := &n.Stream
 	setDuration(&s.DuplicateWindow, DefaultDuplicateWindow)
 	setInt(&s.Replicas, DefaultReplicas)

@@ -199,10 +199,12 @@ func TestGoodMinimalDefaults(t *testing.T) {
 		Cluster: "prod-eu-1",
 		Prefix:  "k8s",
 		NATS: NATS{
-			URL:            "nats://127.0.0.1:4222",
-			Name:           "relayd",
-			PublishTimeout: Duration(10 * time.Second),
-			MaxInFlight:    256,
+			URL:                      "nats://127.0.0.1:4222",
+			Name:                     "relayd",
+			PublishTimeout:           Duration(10 * time.Second),
+			MaxInFlight:              256,
+			MaxInFlightBytes:         48 << 20,
+			MaxInFlightBytesPerWatch: 16 << 20,
 			Stream: Stream{
 				Name:            "K8S",
 				DuplicateWindow: Duration(10 * time.Minute),
@@ -536,6 +538,12 @@ func TestValidateMore(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"explicit zero jitter", base + src + "watch: {relistBackoff: {jitter: 0}}\n", ""},
+		{"in-flight bytes", "cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}, maxInFlightBytes: 1000}\n" + src,
+			"x:2: nats.maxInFlightBytes: must be between 1048576 and 1099511627776, got 1000\n" +
+				"x:2: nats.maxInFlightBytesPerWatch: must not exceed nats.maxInFlightBytes (1000), got 16777216"},
+		{"in-flight bytes per watch over the process's", "cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}, maxInFlightBytesPerWatch: 67108864}\n" + src,
+			"x:2: nats.maxInFlightBytesPerWatch: must not exceed nats.maxInFlightBytes (50331648), got 67108864"},
+		{"in-flight bytes raised together", "cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}, maxInFlightBytes: 134217728, maxInFlightBytesPerWatch: 67108864}\n" + src, ""},
 		{"timeout fraction", base + src + "watch: {timeout: 90500ms}\n",
 			"x:4: watch.timeout: must be a whole number of seconds, got 1m30.5s"},
 		{"infinite factor", base + src + "watch: {relistBackoff: {factor: .inf}}\n",
@@ -638,7 +646,7 @@ sources:
 		{"merge cycle", "nats: &n {<<: *n}\n", "x:1: nats: alias *n refers to a node that contains it"},
 		{"merge of a scalar", "nats: {<<: 3}\n", `x:1: nats: the merge key "<<" needs a mapping or a list of mappings, got 3`},
 		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`},
-		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, nkeySeedFile, tokenFile, userFile, passwordFile, tls, jsDomain, inboxPrefix, name, publishTimeout, maxInFlight, stream, index)`},
+		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, nkeySeedFile, tokenFile, userFile, passwordFile, tls, jsDomain, inboxPrefix, name, publishTimeout, maxInFlight, maxInFlightBytes, maxInFlightBytesPerWatch, stream, index)`},
 		{"alias to ancestor", "sources: &s [*s]\n", "x:1: sources[0]: expected a mapping, got a list"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -57,6 +57,13 @@
 //   - name (default "relayd"): client connection name.
 //   - publishTimeout (default 10s, > 0): wait for one PubAck.
 //   - maxInFlight (default 256, 1..65536): unacknowledged publishes per watch.
+//   - maxInFlightBytes (default 50331648 = 48 MiB, 1 MiB..1 TiB): bytes of
+//     unacknowledged publishes of the whole process; also sizes the NATS
+//     client's reconnect buffer.
+//   - maxInFlightBytesPerWatch (default 16777216 = 16 MiB, 1 MiB..
+//     maxInFlightBytes): the same per watch, so that one busy source cannot
+//     take the whole process's share. A message larger than a bound is
+//     published alone.
 //   - stream.name (required): JetStream stream; letters, digits, '_', '-'.
 //   - stream.create (default false): create the stream when it is missing,
 //     with subjects "<prefix>.<cluster>.>", discard policy "new" and the keys

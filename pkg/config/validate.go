@@ -194,6 +194,11 @@ func (v *validator) nats(n *NATS) {
 	v.natsAuth(n)
 	v.positive("nats.publishTimeout", n.PublishTimeout)
 	v.intRange("nats.maxInFlight", n.MaxInFlight, 1, 65536)
+	v.intRange("nats.maxInFlightBytes", n.MaxInFlightBytes, 1<<20, 1<<40)
+	v.intRange("nats.maxInFlightBytesPerWatch", n.MaxInFlightBytesPerWatch, 1<<20, 1<<40)
+	if n.MaxInFlightBytesPerWatch > n.MaxInFlightBytes {
+		v.add("nats.maxInFlightBytesPerWatch", "must not exceed nats.maxInFlightBytes (%d), got %d", n.MaxInFlightBytes, n.MaxInFlightBytesPerWatch)
+	}
 
 	s := &n.Stream
 	switch {

@@ -36,7 +36,8 @@ type BucketOptions struct {
 
 // Bucket is the durable copy of every watch's index: one key per object,
 // "<source>.<namespace|_>.<uid>", whose value is the object's
-// resourceVersion, namespace and name as JSON.
+// resourceVersion, namespace and name (and fingerprint) as JSON, with the
+// format version "v" ([FormatVersion]).
 //
 // Writes are not made here: PutMsg and DeleteMsg build the messages that
 // the sink publishes after the event's PubAck (same retries, same watermark),
@@ -192,19 +193,30 @@ func validToken(s string) bool {
 	return true
 }
 
+// FormatVersion is the version of a bucket entry's layout, written as its
+// last member "v" (docs/DEPLOY.md, "Upgrade and rollback: formats").
+// Entries without it were written before it existed, in the same layout
+// (with or without a fingerprint): version 0 reads as 1. An entry with a
+// higher version was written by a newer relayd: Load reports it in a
+// *CorruptError naming the key and the version (relayd then removes it and
+// relists, index-lost), never misreads it. Older relayds ignore "v"
+// (encoding/json ignores unknown members).
+const FormatVersion = 1
+
 // value is the JSON of a bucket entry. Fingerprint (16 lower-case hex
 // digits) is left out when 0; entries written before it existed decode
-// with fingerprint 0 (unknown).
+// with fingerprint 0 (unknown). V is the FormatVersion.
 type value struct {
 	UID             string `json:"uid"`
 	Namespace       string `json:"namespace,omitempty"`
 	Name            string `json:"name"`
 	ResourceVersion string `json:"resourceVersion"`
 	Fingerprint     string `json:"fingerprint,omitempty"`
+	V               uint64 `json:"v"`
 }
 
 func valueOf(o Object) value {
-	v := value{UID: o.UID, Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion}
+	v := value{UID: o.UID, Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion, V: FormatVersion}
 	if o.Fingerprint != 0 {
 		v.Fingerprint = fmt.Sprintf("%016x", o.Fingerprint)
 	}
@@ -213,6 +225,9 @@ func valueOf(o Object) value {
 
 func (v value) object() (Object, error) {
 	o := Object{UID: v.UID, Namespace: v.Namespace, Name: v.Name, ResourceVersion: v.ResourceVersion}
+	if v.V > FormatVersion {
+		return o, fmt.Errorf("index entry format version %d (\"v\") is newer than this relayd reads (up to %d): it was written by a newer relayd", v.V, FormatVersion)
+	}
 	if v.Fingerprint != "" {
 		fp, err := strconv.ParseUint(v.Fingerprint, 16, 64)
 		if err != nil || len(v.Fingerprint) != 16 {

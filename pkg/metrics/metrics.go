@@ -6,6 +6,8 @@
 package metrics
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -48,6 +50,7 @@ type Metrics struct {
 	LastBookmark     *prometheus.GaugeVec     // source
 	Lag              *prometheus.HistogramVec // source
 	InFlight         *prometheus.GaugeVec     // source
+	InFlightBytes    *prometheus.GaugeVec     // source
 	PublishErrors    *prometheus.CounterVec   // source, reason
 	Duplicates       *prometheus.CounterVec   // source
 	Oversize         *prometheus.CounterVec   // source
@@ -102,6 +105,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "relayd_publish_in_flight", Help: "Publishes sent and not yet acknowledged.",
 		}, src),
+		InFlightBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relayd_publish_in_flight_bytes", Help: "Bytes of publishes sent and not yet acknowledged (bounded by nats.maxInFlightBytes and nats.maxInFlightBytesPerWatch).",
+		}, src),
 		PublishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relayd_publish_errors_total", Help: "Failed publish attempts (each is retried; nothing is dropped), by reason.",
 		}, []string{"source", "reason"}),
@@ -140,13 +146,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, src),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "relayd_build_info", Help: "Build information; always 1.",
-	}, []string{"version", "revision", "goversion"})
-	buildInfo.WithLabelValues(version.Version, version.Commit, version.GoVersion()).Set(1)
+		Name: "relayd_build_info", Help: "Build information; always 1. failpoints is \"true\" only in a build with the failpoints tag (fault injection), never in a shipped one.",
+	}, []string{"version", "revision", "goversion", "failpoints"})
+	buildInfo.WithLabelValues(version.Version, version.Commit, version.GoVersion(), strconv.FormatBool(version.Failpoints())).Set(1)
 
 	cs := []prometheus.Collector{
 		m.Events, m.EventsFiltered, m.EventsSuppressed, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
-		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.PublishErrors, m.Duplicates, m.Oversize,
+		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.InFlightBytes, m.PublishErrors, m.Duplicates, m.Oversize,
 		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.SourceUp,
 		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, buildInfo,
 		collectors.NewGoCollector(),
@@ -183,6 +189,7 @@ func (m *Metrics) InitSource(source string) {
 	m.LastBookmark.WithLabelValues(source)
 	m.Lag.WithLabelValues(source)
 	m.InFlight.WithLabelValues(source)
+	m.InFlightBytes.WithLabelValues(source)
 	m.PublishErrors.WithLabelValues(source, "error")
 	m.Duplicates.WithLabelValues(source)
 	m.Oversize.WithLabelValues(source)

@@ -129,8 +129,11 @@ func Run(ctx context.Context, o Options) error {
 	r.natsc, err = natsconn.New(natsconn.Options{
 		Config: &r.cfg.NATS, Logger: r.log,
 		OnConnected: func(up bool) { r.m.NATSConnected.Set(map[bool]float64{true: 1}[up]) },
-		// Publishes made while disconnected wait here for the reconnect.
-		Extra: []nats.Option{nats.ReconnectBufSize(64 << 20)},
+		// Publishes made while disconnected wait here for the reconnect:
+		// at most the in-flight byte bound, plus requests (stream checks,
+		// reads) made meanwhile. A publish that does not fit fails and is
+		// retried, never lost.
+		Extra: []nats.Option{nats.ReconnectBufSize(r.cfg.NATS.MaxInFlightBytes + 4<<20)},
 	})
 	if err != nil {
 		return err
@@ -158,6 +161,8 @@ func Run(ctx context.Context, o Options) error {
 
 	s, err := sink.New(sink.Options{
 		JetStream: r.js, Logger: r.log.Named("sink"), Metrics: m, MaxInFlight: r.cfg.NATS.MaxInFlight,
+		MaxInFlightBytes:     int64(r.cfg.NATS.MaxInFlightBytesPerWatch),
+		ProcessInFlightBytes: int64(r.cfg.NATS.MaxInFlightBytes),
 	})
 	if err != nil {
 		return err

@@ -12,6 +12,12 @@
 // window stays full and Publish blocks, so the watch stops being read:
 // backpressure, not loss.
 //
+// The window is bounded in entries (MaxInFlight) and in bytes: per pipeline
+// (MaxInFlightBytes) and for the whole process (a Budget shared by every
+// pipeline of the Sink), so that objects of a megabyte each cannot hold
+// hundreds of megabytes unacknowledged. An entry larger than a bound is
+// admitted alone (it waits until nothing else holds that bound).
+//
 // Per-object order: at most one message per object (uid) is in flight in a
 // pipeline. Messages from one connection are stored in the order sent, but a
 // retried message could otherwise land after a newer version of the same
@@ -38,6 +44,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/relayd/relayd/internal/failpoint"
@@ -56,6 +63,12 @@ type Options struct {
 	Logger      *zap.Logger      // required
 	Metrics     *metrics.Metrics // required
 	MaxInFlight int              // per pipeline; default 256
+	// MaxInFlightBytes bounds the bytes of unacknowledged messages per
+	// pipeline; default 16 MiB.
+	MaxInFlightBytes int64
+	// ProcessInFlightBytes bounds them for every pipeline of the Sink
+	// together; default 48 MiB.
+	ProcessInFlightBytes int64
 	// RetryBackoff paces retries of a failed publish; default 100ms doubling to 10s, jittered.
 	RetryBackoff wait.Backoff
 }
@@ -71,7 +84,19 @@ type Sink struct {
 	// source that rarely changes would otherwise keep an old bound, and
 	// every restart would read the stream from there.
 	evSeq atomic.Uint64
+	// bytes is the process-wide byte budget (FIFO: a large entry waiting
+	// is not overtaken by smaller ones of other pipelines).
+	bytes *semaphore.Weighted
 }
+
+// Default byte bounds: sized for the deployment's 256 MiB memory limit. A
+// message not yet acknowledged is held twice while NATS is unreachable
+// (the pipeline's copy and the client's reconnect buffer), so 48 MiB in
+// flight costs up to ~96 MiB.
+const (
+	DefaultMaxInFlightBytes     = 16 << 20
+	DefaultProcessInFlightBytes = 48 << 20
+)
 
 // SeedStreamSeq tells the sink that the event stream's last sequence is at
 // least seq, so that positions carry a tight StreamSeq before the first
@@ -104,10 +129,16 @@ func New(o Options) (*Sink, error) {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 256
 	}
+	if o.MaxInFlightBytes <= 0 {
+		o.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if o.ProcessInFlightBytes <= 0 {
+		o.ProcessInFlightBytes = DefaultProcessInFlightBytes
+	}
 	if o.RetryBackoff.Duration == 0 {
 		o.RetryBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
 	}
-	return &Sink{o: o}, nil
+	return &Sink{o: o, bytes: semaphore.NewWeighted(o.ProcessInFlightBytes)}, nil
 }
 
 // Advance is a new watermark: the checkpointable position of a pipeline.
@@ -162,6 +193,7 @@ type pending struct {
 	ixFuture jetstream.PubAckFuture // of Index when it follows Msg
 	done     chan struct{}          // closed when done (releases the object gate)
 	fromSeq  uint64                 // every copy of Msg, and of later entries' messages, is stored at or after this event-stream sequence
+	weight   int64                  // bytes held in the pipeline's and the process's budgets until done
 }
 
 // Pipeline is the publish window of one watch. Submit is called from the
@@ -171,9 +203,10 @@ type Pipeline struct {
 	source    string
 	log       *zap.Logger
 	onAdvance func(Advance)
-	slots     chan struct{} // window: one token per entry not yet done
-	queue     chan *pending // entries in submission order; never blocks (cap == window)
-	queue2    chan *pending // stage 2: entries whose first message is acked
+	slots     chan struct{}       // window: one token per entry not yet done
+	bytes     *semaphore.Weighted // the pipeline's byte budget
+	queue     chan *pending       // entries in submission order; never blocks (cap == window)
+	queue2    chan *pending       // stage 2: entries whose first message is acked
 
 	mu       sync.Mutex
 	inflight map[string]chan struct{} // object key -> done of its in-flight message
@@ -181,9 +214,11 @@ type Pipeline struct {
 	lastEp   uint64
 	ixSeq    uint64 // highest acked index write sequence
 	unacked  int    // published, not yet acked (for the in-flight gauge on Close)
+	held     int64  // bytes taken from the process budget by entries not yet done
 
 	// Metric children resolved once, not per event.
 	inFlight prometheus.Gauge
+	inBytes  prometheus.Gauge
 	lag      prometheus.Observer
 	dups     prometheus.Counter
 	events   map[eventKey]prometheus.Counter
@@ -202,6 +237,7 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 		s: s, source: source, onAdvance: onAdvance,
 		log:      s.o.Logger.With(zap.String("source", source)),
 		slots:    make(chan struct{}, s.o.MaxInFlight),
+		bytes:    semaphore.NewWeighted(s.o.MaxInFlightBytes),
 		queue:    make(chan *pending, s.o.MaxInFlight),
 		queue2:   make(chan *pending, s.o.MaxInFlight),
 		inflight: map[string]chan struct{}{},
@@ -209,6 +245,7 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 		stopped2: make(chan struct{}),
 		cancel:   cancel,
 		inFlight: s.o.Metrics.InFlight.WithLabelValues(source),
+		inBytes:  s.o.Metrics.InFlightBytes.WithLabelValues(source),
 		lag:      s.o.Metrics.Lag.WithLabelValues(source),
 		dups:     s.o.Metrics.Duplicates.WithLabelValues(source),
 		events:   map[eventKey]prometheus.Counter{},
@@ -243,6 +280,10 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if err := p.acquire(ctx, pe, first); err != nil {
+		<-p.slots
+		return err
+	}
 	// Every copy of this entry's messages is published from now on, so it
 	// is stored after every message acked so far.
 	pe.fromSeq = p.s.evSeq.Load() + 1
@@ -262,6 +303,58 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	}
 	p.queue <- pe // cannot block: at most cap(slots) entries are queued
 	return nil
+}
+
+// acquire takes the entry's bytes from the pipeline's budget, then from the
+// process's, clamped to each bound so that an outsized entry waits until it
+// is alone rather than forever.
+func (p *Pipeline) acquire(ctx context.Context, pe *pending, first *event.Message) error {
+	if first == nil {
+		return nil
+	}
+	w := messageSize(pe.e.Msg) + messageSize(pe.e.Index)
+	w = min(w, p.s.o.MaxInFlightBytes, p.s.o.ProcessInFlightBytes)
+	if err := p.bytes.Acquire(ctx, w); err != nil {
+		return err
+	}
+	if err := p.s.bytes.Acquire(ctx, w); err != nil {
+		p.bytes.Release(w)
+		return err
+	}
+	pe.weight = w
+	p.mu.Lock()
+	p.held += w
+	p.mu.Unlock()
+	p.inBytes.Add(float64(w))
+	return nil
+}
+
+// releaseBytes returns a done entry's bytes to both budgets.
+func (p *Pipeline) releaseBytes(pe *pending) {
+	if pe.weight == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.held -= pe.weight
+	p.mu.Unlock()
+	p.s.bytes.Release(pe.weight)
+	p.bytes.Release(pe.weight)
+	p.inBytes.Sub(float64(pe.weight))
+}
+
+// messageSize is what a message costs while in flight: its payload, subject,
+// id and headers (nats.go holds the encoded form, of about this size).
+func messageSize(m *event.Message) int64 {
+	if m == nil {
+		return 0
+	}
+	n := len(m.Data) + len(m.Subject) + len(m.MsgID)
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
 }
 
 func (p *Pipeline) waitObject(ctx context.Context, key string) error {
@@ -399,6 +492,7 @@ func (p *Pipeline) run2(ctx context.Context) {
 			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly, IndexSeq: ixSeq, StreamSeq: pe.fromSeq})
 			bookmarkOnly = true
 		}
+		p.releaseBytes(pe)
 		<-p.slots
 	}
 }
@@ -503,8 +597,16 @@ func (p *Pipeline) Close() {
 	p.mu.Lock()
 	n := p.unacked
 	p.unacked = 0
+	held := p.held
+	p.held = 0
 	p.mu.Unlock()
 	if n > 0 {
 		p.inFlight.Sub(float64(n))
+	}
+	// Abandoned entries give their bytes back to the process's budget (the
+	// pipeline's own dies with it).
+	if held > 0 {
+		p.s.bytes.Release(held)
+		p.inBytes.Sub(float64(held))
 	}
 }

@@ -508,31 +508,15 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 		n    int64
 	)
 	for {
-		pctx, cancel := context.WithTimeout(ctx, w.o.IdleTimeout)
 		r := w.request(true).Param("limit", strconv.FormatInt(w.o.PageSize, 10))
 		if cont != "" {
 			r = r.Param("continue", cont)
 		}
-		body, err := RawResult(r.Do(pctx))
-		cancel()
-		if err != nil {
-			return err // a 410 on a continue token restarts the whole list
-		}
-		var page struct {
-			Metadata metav1.ListMeta   `json:"metadata"`
-			Items    []json.RawMessage `json:"items"`
-		}
-		if err := json.Unmarshal(body, &page); err != nil {
-			return fmt.Errorf("decode list page: %w", err)
-		}
-		if rv == "" {
-			rv = page.Metadata.ResourceVersion
-		}
-		for _, raw := range page.Items {
+		meta, err := w.listPage(ctx, r, func(raw []byte) error {
 			obj, err := event.ParseObjectShaped(raw, w.o.Shaping)
 			if err != nil {
 				w.log.Error("skipping unparsable list item (reported, not published)", zap.Error(err))
-				continue
+				return nil
 			}
 			// LIST items of built-in kinds carry no apiVersion/kind, those
 			// of a PartialObjectMetadataList meta.k8s.io/v1's.
@@ -542,8 +526,15 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 			if err := h(ctx, it); err != nil {
 				return handlerError{err}
 			}
+			return nil
+		})
+		if err != nil {
+			return err // a 410 on a continue token restarts the whole list
 		}
-		cont = page.Metadata.Continue
+		if rv == "" {
+			rv = meta.ResourceVersion
+		}
+		cont = meta.Continue
 		if cont == "" {
 			break
 		}
@@ -552,6 +543,38 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 		return errors.New("list response has no resourceVersion")
 	}
 	return w.endList(ctx, h, s, rv, n)
+}
+
+// listPage runs one LIST request and calls item with each item's JSON, a
+// sub-slice of the page: the page is held once, not also as a copy of
+// every item. It is read whole within IdleTimeout before any item is
+// handled, so a handler blocked by backpressure never stalls the response
+// (the apiserver would cut a LIST that takes over its request timeout).
+func (w *Watcher) listPage(ctx context.Context, r *rest.Request, item func([]byte) error) (metav1.ListMeta, error) {
+	var meta metav1.ListMeta
+	pctx, cancel := context.WithTimeout(ctx, w.o.IdleTimeout)
+	body, err := RawResult(r.Do(pctx))
+	cancel()
+	if err != nil {
+		return meta, err
+	}
+	var itemErr error
+	raw, err := event.ScanList(body, func(b []byte) error {
+		itemErr = item(b)
+		return itemErr
+	})
+	switch {
+	case itemErr != nil:
+		return meta, itemErr
+	case err != nil:
+		return meta, fmt.Errorf("decode list page: %w", err)
+	}
+	if raw != nil {
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return meta, fmt.Errorf("decode list page metadata: %w", err)
+		}
+	}
+	return meta, nil
 }
 
 var initialEventsEnd = []byte(`"` + metav1.InitialEventsAnnotationKey + `":"true"`)

@@ -1,0 +1,286 @@
+package event_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/pkg/event"
+)
+
+// The event format is a contract with every consumer (README.md, "The event
+// on the wire"; docs/DEPLOY.md, "Upgrade and rollback: formats"). testdata/golden
+// holds NATS messages exactly as this version writes them: object events in
+// structured mode (one application/cloudevents+json document) and in binary
+// mode (ce-* headers, the object as body), a resync delete with its final
+// state unknown, an oversize event with a dotted name, and the sync control
+// events. TestEventGoldenFiles checks that the encoder writes those bytes
+// and that DecodeMessage reads them back to the expected attributes.
+//
+// A golden file is a NATS message as text: "subject: <subject>", then the
+// headers sorted by name, one "<name>: <value>" line each (values are
+// percent-encoded, never contain a line break), an empty line, and the body
+// byte for byte. Regenerate them from the current code after an intended
+// change with
+//
+//	go test ./pkg/event -run TestEventGoldenFiles -update
+//
+// and review the diff: any change to an existing file is a change of the
+// wire format that consumers see, which docs/DEPLOY.md must then describe.
+//
+// Version field: events get none of relayd's own. The envelope is versioned
+// by the CloudEvents specversion ("1.0"); relayd's part (the type names, the
+// k8s* and relayd* extensions, the data of each payload mode) only ever
+// grows: a new extension or a new member of a control event's data is added
+// and old ones keep their meaning, which consumers written for CloudEvents
+// tolerate (unknown extensions are ignored). An incompatible change would get
+// new type names (<prefix>.object.v2.added, ...), which a consumer routing on
+// type cannot mistake for the old ones, rather than a new extension that
+// every existing consumer would ignore and every event would carry for
+// nothing. So relayd adds no format-version extension.
+var update = flag.Bool("update", false, "rewrite testdata/golden/*.msg from the current encoder")
+
+// goldenTime is the time of every golden event.
+var goldenTime = time.Date(2026, 11, 23, 10, 15, 2, 123456789, time.UTC)
+
+type goldenEvent struct {
+	file string
+	opts event.EncoderOptions
+	// change is encoded with Encode; nil means sync is encoded with Control.
+	change *event.Change
+	sync   event.SyncEvent
+	want   event.Envelope // what DecodeMessage reads (Data: the body or the data member)
+}
+
+var (
+	deployment = event.Resource{Group: "apps", Version: "v1", Resource: "deployments", Kind: "Deployment", Namespaced: true}
+	configMap  = event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
+	node       = event.Resource{Version: "v1", Resource: "nodes", Kind: "Node"}
+)
+
+const (
+	webUID     = "6f2c1d3e-9a4b-4c5d-8e7f-0a1b2c3d4e5f"
+	cmUID      = "0b7e4a12-3c5d-4e6f-8a9b-1c2d3e4f5a6b"
+	nodeUID    = "d41d8cd9-8f00-4b20-9e98-00998ecf8427"
+	webPayload = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"shop","uid":"` + webUID + `","resourceVersion":"48213","generation":4,"labels":{"app":"web"}},"spec":{"replicas":3,"template":{"spec":{"containers":[{"name":"web","image":"registry.example/web:1.4"}]}}},"status":{"readyReplicas":3}}`
+	ctlData    = `{"namespace":"shop","epoch":3,"reason":"expired","fromResourceVersion":"48213","toResourceVersion":"50122"}`
+	ctlDone    = `{"namespace":"shop","epoch":3,"reason":"expired","fromResourceVersion":"48213","toResourceVersion":"50122","counts":{"added":2,"modified":5,"deleted":1,"unchanged":40,"total":47}}`
+)
+
+func goldenEvents() []goldenEvent {
+	structured := event.EncoderOptions{Cluster: "prod-eu-1", Source: "deploys"}
+	binary := structured
+	binary.Binary = true
+	cms := event.EncoderOptions{Cluster: "prod-eu-1", Source: "cms"}
+	cmsBinary := cms
+	cmsBinary.Binary = true
+	nodes := event.EncoderOptions{Prefix: "acme.k8s", Cluster: "prod-eu-1", Source: "nodes", MaxPayload: 1100}
+	nodesBinary := nodes
+	nodesBinary.Binary = true
+
+	web := func() *event.Change {
+		return &event.Change{
+			Type: event.Modified, Origin: event.OriginWatch, Epoch: 3, Time: goldenTime, Resource: deployment,
+			Meta:    event.Meta{Namespace: "shop", Name: "web", UID: webUID, ResourceVersion: "48213"},
+			Payload: event.PayloadFull, Data: []byte(webPayload),
+			Dropped: []string{"spec.template.spec.containers[*].env", `metadata.annotations["example.com/token"]`},
+		}
+	}
+	webEnv := event.Envelope{
+		SpecVersion: "1.0", ID: webUID + "/48213", Source: "/relayd/prod-eu-1/deploys", Type: "k8s.object.modified",
+		Subject: "/apis/apps/v1/namespaces/shop/deployments/web", Time: goldenTime, DataContentType: "application/json",
+		K8sCluster: "prod-eu-1", K8sAPIVersion: "apps/v1", K8sKind: "Deployment", K8sResource: "deployments",
+		K8sNamespace: "shop", K8sName: "web", K8sUID: webUID, K8sResourceVersion: "48213",
+		RelaydSource: "deploys", RelaydOrigin: "watch", RelaydEpoch: 3, RelaydPayload: "full",
+		RelaydDropped: `spec.template.spec.containers[*].env,metadata.annotations["example.com/token"]`,
+		Data:          []byte(webPayload),
+	}
+
+	cmDelete := func() *event.Change {
+		return &event.Change{
+			Type: event.Deleted, Origin: event.OriginResync, Epoch: 7, Time: goldenTime, Resource: configMap,
+			Meta:              event.Meta{Namespace: "shop", Name: "settings", UID: cmUID, ResourceVersion: "50001"},
+			FinalStateUnknown: true,
+		}
+	}
+	cmRef := `{"apiVersion":"v1","kind":"ConfigMap","namespace":"shop","name":"settings","uid":"` + cmUID + `","resourceVersion":"50001"}`
+	cmEnv := event.Envelope{
+		SpecVersion: "1.0", ID: cmUID + "/50001/deleted", Source: "/relayd/prod-eu-1/cms", Type: "k8s.object.deleted",
+		Subject: "/api/v1/namespaces/shop/configmaps/settings", Time: goldenTime, DataContentType: "application/json",
+		K8sCluster: "prod-eu-1", K8sAPIVersion: "v1", K8sKind: "ConfigMap", K8sResource: "configmaps",
+		K8sNamespace: "shop", K8sName: "settings", K8sUID: cmUID, K8sResourceVersion: "50001",
+		RelaydSource: "cms", RelaydOrigin: "resync", RelaydEpoch: 7, RelaydPayload: "reference",
+		RelaydFinalStateUnknown: true, Data: []byte(cmRef),
+	}
+
+	// A node whose full payload exceeds MaxPayload: sent as a reference,
+	// relaydoversize=true, relayddropped left out. Its dotted name is
+	// escaped in the subject token ("%2E"), not in ce-subject or k8sname.
+	// (The quotes of web's relayddropped show binary mode's
+	// percent-encoding of header values: "%22".)
+	nodeName := "worker-1.eu.example"
+	bigNode := `{"apiVersion":"v1","kind":"Node","metadata":{"name":"` + nodeName + `","uid":"` + nodeUID + `","resourceVersion":"777"},"status":{"images":["` + strings.Repeat("x", 1200) + `"]}}`
+	nodeAdd := func() *event.Change {
+		return &event.Change{
+			Type: event.Added, Origin: event.OriginInitial, Epoch: 1, Time: goldenTime, Resource: node,
+			Meta:    event.Meta{Name: nodeName, UID: nodeUID, ResourceVersion: "777"},
+			Payload: event.PayloadFull, Data: []byte(bigNode), Dropped: []string{"status.images"},
+		}
+	}
+	nodeRef := `{"apiVersion":"v1","kind":"Node","name":"` + nodeName + `","uid":"` + nodeUID + `","resourceVersion":"777"}`
+	nodeEnv := event.Envelope{
+		SpecVersion: "1.0", ID: nodeUID + "/777", Source: "/relayd/prod-eu-1/nodes", Type: "acme.k8s.object.added",
+		Subject: "/api/v1/nodes/" + nodeName, Time: goldenTime, DataContentType: "application/json",
+		K8sCluster: "prod-eu-1", K8sAPIVersion: "v1", K8sKind: "Node", K8sResource: "nodes",
+		K8sName: nodeName, K8sUID: nodeUID, K8sResourceVersion: "777",
+		RelaydSource: "nodes", RelaydOrigin: "initial", RelaydEpoch: 1, RelaydPayload: "reference", RelaydOversize: true,
+		Data: []byte(nodeRef),
+	}
+
+	started := event.SyncEvent{Namespace: "shop", Epoch: 3, Reason: "expired", FromResourceVersion: "48213", ToResourceVersion: "50122", Time: goldenTime}
+	completed := started
+	completed.Completed = true
+	completed.Counts = event.SyncCounts{Added: 2, Modified: 5, Deleted: 1, Unchanged: 40, Total: 47}
+	ctlEnv := func(phase, data string) event.Envelope {
+		return event.Envelope{
+			SpecVersion: "1.0", ID: "sync/shop/3/" + phase, Source: "/relayd/prod-eu-1/deploys", Type: "k8s.source.sync." + phase,
+			Subject: "/relayd/deploys", Time: goldenTime, DataContentType: "application/json",
+			K8sCluster: "prod-eu-1", K8sNamespace: "shop", RelaydSource: "deploys", RelaydEpoch: 3, Data: []byte(data),
+		}
+	}
+	clusterStarted := event.SyncEvent{Epoch: 1, Reason: "initial", ToResourceVersion: "700", Time: goldenTime}
+	clusterEnv := event.Envelope{
+		SpecVersion: "1.0", ID: "sync/_/1/started", Source: "/relayd/prod-eu-1/nodes", Type: "acme.k8s.source.sync.started",
+		Subject: "/relayd/nodes", Time: goldenTime, DataContentType: "application/json",
+		K8sCluster: "prod-eu-1", RelaydSource: "nodes", RelaydEpoch: 1,
+		Data: []byte(`{"namespace":"","epoch":1,"reason":"initial","fromResourceVersion":"","toResourceVersion":"700"}`),
+	}
+
+	return []goldenEvent{
+		{file: "structured-modified-full.msg", opts: structured, change: web(), want: webEnv},
+		{file: "binary-modified-full.msg", opts: binary, change: web(), want: webEnv},
+		{file: "structured-deleted-resync-final-state-unknown.msg", opts: cms, change: cmDelete(), want: cmEnv},
+		{file: "binary-deleted-resync-final-state-unknown.msg", opts: cmsBinary, change: cmDelete(), want: cmEnv},
+		{file: "structured-added-oversize-cluster-scoped.msg", opts: nodes, change: nodeAdd(), want: nodeEnv},
+		{file: "binary-added-oversize-cluster-scoped.msg", opts: nodesBinary, change: nodeAdd(), want: nodeEnv},
+		{file: "structured-sync-started.msg", opts: structured, sync: started, want: ctlEnv("started", ctlData)},
+		{file: "structured-sync-completed.msg", opts: structured, sync: completed, want: ctlEnv("completed", ctlDone)},
+		{file: "binary-sync-completed.msg", opts: binary, sync: completed, want: ctlEnv("completed", ctlDone)},
+		{file: "structured-sync-started-cluster-scoped.msg", opts: nodes, sync: clusterStarted, want: clusterEnv},
+	}
+}
+
+func TestEventGoldenFiles(t *testing.T) {
+	for _, g := range goldenEvents() {
+		t.Run(g.file, func(t *testing.T) {
+			path := filepath.Join("testdata", "golden", g.file)
+			enc, err := event.NewEncoder(g.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msg event.Message
+			if g.change != nil {
+				if msg, err = enc.Encode(g.change); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				msg = enc.Control(g.sync)
+			}
+			written := renderMessage(msg)
+			if *update {
+				if err := os.WriteFile(path, written, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			golden, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (create it with -update)", err)
+			}
+
+			// The current code writes the golden bytes.
+			if !bytes.Equal(written, golden) {
+				t.Errorf("the encoder no longer writes %s (the event format changed; if intended, run with -update and describe it in docs/DEPLOY.md):\n got: %q\nwant: %q", path, written, golden)
+			}
+
+			// The current code reads them.
+			subject, header, body, err := parseMessage(golden)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			env, err := event.DecodeMessage(header, body)
+			if err != nil {
+				t.Fatalf("DecodeMessage(%s): %v", path, err)
+			}
+			if !reflect.DeepEqual(env, g.want) {
+				t.Errorf("DecodeMessage(%s):\n got %+v\nwant %+v", path, env, g.want)
+			}
+			if !bytes.Equal(env.Data, g.want.Data) {
+				t.Errorf("%s: data %s, want %s", path, env.Data, g.want.Data)
+			}
+			if got, want := header[event.HeaderMsgID], []string{g.opts.Source + "/" + g.want.ID}; !slices.Equal(got, want) {
+				t.Errorf("%s: Nats-Msg-Id %q, want %q", path, got, want)
+			}
+			if g.change == nil {
+				if want := enc.ControlSubject(g.sync.Completed); subject != want {
+					t.Errorf("%s: subject %q, want %q", path, subject, want)
+				}
+				return
+			}
+			p, err := event.ParseSubject(subject)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			c := g.change
+			want := event.SubjectParts{Prefix: enc.Options().Prefix, Cluster: g.opts.Cluster, Group: c.Resource.Group, Version: c.Resource.Version,
+				Resource: c.Resource.Resource, Namespace: c.Meta.Namespace, Name: c.Meta.Name, Type: c.Type}
+			if p != want {
+				t.Errorf("%s: subject %q parses as %+v, want %+v", path, subject, p, want)
+			}
+		})
+	}
+}
+
+// renderMessage is the golden text of m (see the file comment).
+func renderMessage(m event.Message) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "subject: %s\n", m.Subject)
+	for _, k := range slices.Sorted(maps.Keys(m.Header)) {
+		for _, v := range m.Header[k] {
+			fmt.Fprintf(&b, "%s: %s\n", k, v)
+		}
+	}
+	b.WriteByte('\n')
+	b.Write(m.Data)
+	return b.Bytes()
+}
+
+// parseMessage inverts renderMessage.
+func parseMessage(b []byte) (subject string, header map[string][]string, body []byte, err error) {
+	head, body, ok := bytes.Cut(b, []byte("\n\n"))
+	if !ok {
+		return "", nil, nil, errors.New("no empty line between the headers and the body")
+	}
+	lines := strings.Split(string(head), "\n")
+	subject, ok = strings.CutPrefix(lines[0], "subject: ")
+	if !ok {
+		return "", nil, nil, fmt.Errorf("first line %q is not \"subject: ...\"", lines[0])
+	}
+	header = map[string][]string{}
+	for _, l := range lines[1:] {
+		k, v, ok := strings.Cut(l, ": ")
+		if !ok {
+			return "", nil, nil, fmt.Errorf("header line %q is not \"Name: value\"", l)
+		}
+		header[k] = append(header[k], v)
+	}
+	return subject, header, body, nil
+}

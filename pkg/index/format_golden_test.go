@@ -1,0 +1,203 @@
+package index
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The index bucket's keys and values are a contract between relayd
+// versions: an upgraded relayd reads the bucket an older one wrote, and a
+// rolled-back one reads what a newer one wrote (docs/DEPLOY.md, "Upgrade
+// and rollback: formats"). testdata/golden holds:
+//
+//   - keys.txt: the key of an object under a namespaced and a cluster-scoped
+//     watch, of a uid that is not a key token (hashed), and the epoch key;
+//   - value-v1*.json and epoch.txt: values as this version writes them
+//     (format version 1: "v":1 last; the fingerprint when known);
+//   - value-v0-*.json: values as older relayds wrote them, frozen: without
+//     "v" and without (before the fingerprint existed) or with a
+//     fingerprint. -update never rewrites these.
+//
+// TestIndexGoldenFiles checks that the current code writes the keys.txt,
+// value-v1 and epoch.txt bytes, and, through a real JetStream bucket, that
+// Load and Epoch read every file, and that a value of a newer format
+// version is reported as corrupt, naming its key and version, instead of
+// being read. Regenerate the current files after an intended change with
+//
+//	go test ./pkg/index -run TestIndexGoldenFiles -update
+//
+// and freeze the replaced forms as value-v<N>-*.json: a bucket keeps them.
+var update = flag.Bool("update", false, "rewrite the current-format files of testdata/golden")
+
+const goldenDir = "testdata/golden"
+
+type goldenValue struct {
+	file    string
+	prefix  string
+	obj     Object // what Load reads
+	current bool   // written by this version (PutMsg must produce it)
+}
+
+var (
+	goldenPods  = Prefix("pods", "shop")
+	goldenNodes = Prefix("nodes", "")
+)
+
+var goldenValues = []goldenValue{
+	{"value-v1.json", goldenPods, Object{UID: "6f2c1d3e-9a4b-4c5d-8e7f-0a1b2c3d4e5f", Namespace: "shop", Name: "web-7d9f8-abcde", ResourceVersion: "48213", Fingerprint: 0x00c0ffee12345678}, true},
+	{"value-v1-no-fingerprint.json", goldenPods, Object{UID: "7a3d2e4f-0b5c-4d6e-9f80-1b2c3d4e5f60", Namespace: "shop", Name: "web-7d9f8-fghij", ResourceVersion: "48214"}, true},
+	{"value-v1-cluster-scoped.json", goldenNodes, Object{UID: "d41d8cd9-8f00-4b20-9e98-00998ecf8427", Name: "worker-1.eu.example", ResourceVersion: "777", Fingerprint: 0xfedcba9876543210}, true},
+	// Written from the object index's first version until the fingerprint.
+	{"value-v0-before-fingerprint.json", goldenPods, Object{UID: "8b4e3f50-1c6d-4e7f-a091-2c3d4e5f6071", Namespace: "shop", Name: "db-0", ResourceVersion: "39999"}, false},
+	// Written from the fingerprint until the format version.
+	{"value-v0-with-fingerprint.json", goldenPods, Object{UID: "9c5f4061-2d7e-4f80-b1a2-3d4e5f607182", Namespace: "shop", Name: "db-1", ResourceVersion: "40000", Fingerprint: 0x0000000000000abc}, false},
+}
+
+const goldenEpoch = 8
+
+// goldenKeys renders keys.txt: "<source>\t<namespace>\t<uid>\t<key>" per
+// line, and the epoch key with uid "(epoch)".
+func goldenKeys() []byte {
+	var b bytes.Buffer
+	for _, c := range []struct{ source, ns, uid string }{
+		{"pods", "shop", "6f2c1d3e-9a4b-4c5d-8e7f-0a1b2c3d4e5f"},
+		{"nodes", "", "d41d8cd9-8f00-4b20-9e98-00998ecf8427"},
+		{"pods", "shop", "weird uid/with.dots"},
+	} {
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\n", c.source, c.ns, c.uid, Key(Prefix(c.source, c.ns), c.uid))
+	}
+	fmt.Fprintf(&b, "%s\t%s\t%s\t%s\n", "pods", "shop", "(epoch)", EpochKey(goldenPods))
+	return b.Bytes()
+}
+
+// checkGolden compares written with the golden file name, first rewriting
+// it with -update when it is one this version writes.
+func checkGolden(t *testing.T, name string, written []byte) {
+	t.Helper()
+	path := filepath.Join(goldenDir, name)
+	if *update {
+		if err := os.WriteFile(path, written, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	golden, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (create it with -update)", err)
+	}
+	if !bytes.Equal(written, golden) {
+		t.Errorf("the current code no longer writes %s (the index format changed; if intended, freeze the old form, run with -update and describe it in docs/DEPLOY.md):\n got: %q\nwant: %q", path, written, golden)
+	}
+}
+
+func readGolden(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(goldenDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestIndexGoldenFiles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := connect(t)
+	b, err := Open(ctx, js, BucketOptions{Name: "golden", Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The current code writes the golden bytes.
+	checkGolden(t, "keys.txt", goldenKeys())
+	for _, g := range goldenValues {
+		if !g.current {
+			continue
+		}
+		m := b.PutMsg(g.prefix, g.obj)
+		if want := "$KV.golden." + Key(g.prefix, g.obj.UID); m.Subject != want {
+			t.Errorf("%s: PutMsg subject %q, want %q", g.file, m.Subject, want)
+		}
+		checkGolden(t, g.file, m.Data)
+	}
+	checkGolden(t, "epoch.txt", b.EpochMsg(goldenPods, goldenEpoch).Data)
+
+	// keys.txt is what Key and EpochKey compute (read back, not rendered).
+	for _, line := range strings.Split(strings.TrimSuffix(string(readGolden(t, "keys.txt")), "\n"), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 4 {
+			t.Fatalf("keys.txt: line %q has %d fields, want 4", line, len(f))
+		}
+		got := EpochKey(Prefix(f[0], f[1]))
+		if f[2] != "(epoch)" {
+			got = Key(Prefix(f[0], f[1]), f[2])
+		}
+		if got != f[3] {
+			t.Errorf("keys.txt: source %q namespace %q uid %q: key %q, file says %q", f[0], f[1], f[2], got, f[3])
+		}
+	}
+
+	// The current code reads every golden value, current and older, from
+	// a real bucket: stored byte for byte at the object's key.
+	want := map[string]map[string]Object{}
+	for _, g := range goldenValues {
+		if _, err := js.Publish(ctx, "$KV.golden."+Key(g.prefix, g.obj.UID), readGolden(t, g.file)); err != nil {
+			t.Fatal(err)
+		}
+		if want[g.prefix] == nil {
+			want[g.prefix] = map[string]Object{}
+		}
+		want[g.prefix][g.obj.UID] = g.obj
+	}
+	if _, err := js.Publish(ctx, "$KV.golden."+EpochKey(goldenPods), readGolden(t, "epoch.txt")); err != nil {
+		t.Fatal(err)
+	}
+	for prefix, objs := range want {
+		x := New()
+		n, err := b.Load(ctx, prefix, x)
+		if err != nil || n != len(objs) {
+			t.Fatalf("Load(%s) of the golden values: %d, %v; want %d objects", prefix, n, err, len(objs))
+		}
+		for uid, w := range objs {
+			if got, ok := x.Get(uid); !ok || got != w {
+				t.Errorf("Load(%s): uid %s read as %+v (found %v), want %+v", prefix, uid, got, ok, w)
+			}
+		}
+	}
+	if ep, err := b.Epoch(ctx, goldenPods); ep != goldenEpoch || err != nil {
+		t.Errorf("Epoch of epoch.txt: %d, %v; want %d", ep, err, goldenEpoch)
+	}
+
+	// A value of a newer format version is not read: Load reports it in a
+	// CorruptError naming its key and version, and loads the others.
+	newer := Prefix("pods", "newer")
+	if _, err := js.Publish(ctx, "$KV.golden."+Key(newer, "1e2d3c4b-5a69-4788-9a0b-1c2d3e4f5a6b"),
+		[]byte(`{"uid":"1e2d3c4b-5a69-4788-9a0b-1c2d3e4f5a6b","namespace":"newer","name":"a","resourceVersion":"5","v":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	ok := b.PutMsg(newer, Object{UID: "2f3e4d5c-6b7a-4899-ab0c-2d3e4f5a6b7c", Namespace: "newer", Name: "b", ResourceVersion: "6"})
+	if _, err := js.Publish(ctx, ok.Subject, ok.Data); err != nil {
+		t.Fatal(err)
+	}
+	x := New()
+	n, err := b.Load(ctx, newer, x)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || n != 1 || len(ce.Keys) != 1 || ce.Keys[0] != Key(newer, "1e2d3c4b-5a69-4788-9a0b-1c2d3e4f5a6b") {
+		t.Fatalf("Load of a newer-format value: %d, %v; want 1 object and a CorruptError naming the key", n, err)
+	}
+	for _, w := range []string{"pods.newer.1e2d3c4b-5a69-4788-9a0b-1c2d3e4f5a6b", `index entry format version 2 ("v") is newer than this relayd reads (up to 1)`} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("newer-format error %q does not say %q", err, w)
+		}
+	}
+	if _, found := x.Get("1e2d3c4b-5a69-4788-9a0b-1c2d3e4f5a6b"); found {
+		t.Error("a newer-format value was loaded")
+	}
+}
