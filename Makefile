@@ -19,6 +19,8 @@ TESTFLAGS ?=
 TEST_TIMEOUT ?= 30m
 
 export RELAYD_TESTENV_BIN ?= $(CURDIR)/.cache/testenv/k8s-v1.37.1-etcd-v3.7.0
+# The second Kubernetes version of the tests (internal/testenv K8sVersionPrev).
+export RELAYD_TESTENV_BIN_PREV ?= $(CURDIR)/.cache/testenv/k8s-v1.35.4-etcd-v3.7.0
 export RELAYD_BIN := $(CURDIR)/$(BIN)/relayd
 
 .PHONY: help
@@ -34,15 +36,19 @@ kustomize-bin: ## Build kustomize (pinned in tools/kustomize/go.mod) into .cache
 	hack/kustomize-bin.sh >/dev/null
 
 .PHONY: testenv-bins
-testenv-bins: ## Build etcd + kube-apiserver for tests into .cache/ (cold: ~8-12 min; then cached).
+testenv-bins: ## Build etcd + kube-apiserver v1.37 and v1.35 for tests into .cache/ (cold: ~20 min on 2 cores; then cached).
 	hack/testenv-bins.sh >/dev/null
+
+.PHONY: testenv-bins-current
+testenv-bins-current: ## Build etcd + kube-apiserver v1.37 only (what demo, bench and chaos run on).
+	hack/testenv-bins.sh --current-only >/dev/null
 
 .PHONY: prometheus-bin
 prometheus-bin: ## Install Debian's prometheus package (prometheus + promtool, for test/observability) if missing; never starts its service.
 	hack/prometheus-bin.sh
 
 .PHONY: demo
-demo: testenv-bins build ## Run relayd against local etcd + kube-apiserver + NATS and watch the events arrive (Ctrl-C stops it all).
+demo: testenv-bins-current build ## Run relayd against local etcd + kube-apiserver + NATS and watch the events arrive (Ctrl-C stops it all).
 	RELAYD_BIN=$(RELAYD_BIN) $(GO) run ./internal/demo
 
 # `make bench` (docs/PERFORMANCE.md): the Go micro-benchmarks of the hot
@@ -55,7 +61,7 @@ BENCH_TIME        ?= 500ms
 BENCHFLAGS        ?=
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 .PHONY: bench
-bench: testenv-bins build ## Measure relayd next to client-go consumers (capacity, latency, memory, checkpoints, recovery) and the hot-path micro-benchmarks; see docs/PERFORMANCE.md (~10 min on 2 cores; the first run also records the watch streams, ~5 min).
+bench: testenv-bins-current build ## Measure relayd next to client-go consumers (capacity, latency, memory, checkpoints, recovery) and the hot-path micro-benchmarks; see docs/PERFORMANCE.md (~10 min on 2 cores; the first run also records the watch streams, ~5 min).
 	@mkdir -p $(BENCH_DIR)
 	@if [ -s $(BENCH_DIR)/micro.txt ]; then mv $(BENCH_DIR)/micro.txt $(BENCH_DIR)/micro-prev.txt; fi
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) ./pkg/event ./pkg/index ./pkg/source > $(BENCH_DIR)/micro.txt
@@ -90,7 +96,7 @@ CHAOS_ARTIFACTS ?= $(CURDIR)/.cache/chaos/artifacts
 CHAOS_FLAGS     ?=
 
 .PHONY: chaos
-chaos: testenv-bins ## Fault-injection matrix for CHAOS_BUDGET (default 20m); results table in CHAOS_TABLE, failed histories in CHAOS_ARTIFACTS.
+chaos: testenv-bins-current ## Fault-injection matrix for CHAOS_BUDGET (default 20m); results table in CHAOS_TABLE, failed histories in CHAOS_ARTIFACTS.
 	@mkdir -p $(dir $(CHAOS_TABLE)) $(CHAOS_ARTIFACTS)
 	$(GO) test -count=1 -timeout 0 -v -run '^TestChaos$$' ./test/chaos \
 		-chaos.budget=$(CHAOS_BUDGET) -chaos.table=$(CHAOS_TABLE) -chaos.artifacts=$(CHAOS_ARTIFACTS) $(CHAOS_FLAGS) \

@@ -161,7 +161,7 @@ require (
 
 // k8s.io/kubernetes requires its staging repos at v0.0.0 and replaces them with
 // ./staging/src/... paths, which are ignored when it is a dependency.
-// Regenerate with hack/k8s-replaces.sh when bumping k8s.
+// Copied from the replace block of k8s.io/kubernetes's own go.mod at that version; update it with the version when bumping k8s.
 replace (
 	k8s.io/api => k8s.io/api v0.37.1
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.1

@@ -1,7 +1,12 @@
 // Package testenv starts real servers for relayd's tests and demo: etcd and
 // kube-apiserver as child processes (binaries built by `make testenv-bins`
-// from the tools/ module), and nats-server with JetStream embedded in the
-// calling process.
+// from the tools/ and tools/k8s-v1.35/ modules), and nats-server with
+// JetStream embedded in the calling process.
+//
+// Two Kubernetes versions are provided (Versions): K8sVersion, the default,
+// and K8sVersionPrev, the oldest minor still in upstream support when
+// K8sVersion was released. Options.Version picks one; Env.Sibling gives a
+// package's tests one shared Env per version.
 //
 // Everything listens on 127.0.0.1 with free ports and lives in a temp dir.
 // Child processes are started with Pdeathsig, so they die with the test
@@ -26,8 +31,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -37,9 +45,21 @@ import (
 
 // Versions of the test servers; hack/testenv-bins.sh builds exactly these.
 const (
-	K8sVersion  = "v1.37.1"
-	EtcdVersion = "v3.7.0"
+	// K8sVersion is the default kube-apiserver (tools/go.mod), in
+	// $RELAYD_TESTENV_BIN.
+	K8sVersion = "v1.37.1"
+	// K8sVersionPrev is the oldest kube-apiserver minor still in upstream
+	// support when K8sVersion was released (tools/k8s-v1.35/go.mod), in
+	// $RELAYD_TESTENV_BIN_PREV. It runs on the same etcd.
+	K8sVersionPrev = "v1.35.4"
+	EtcdVersion    = "v3.7.0"
 )
+
+// binDirEnv names the variable that locates each version's binaries.
+var binDirEnv = map[string]string{
+	K8sVersion:     "RELAYD_TESTENV_BIN",
+	K8sVersionPrev: "RELAYD_TESTENV_BIN_PREV",
+}
 
 // Identities known to the apiserver's token file.
 const (
@@ -51,6 +71,9 @@ const (
 
 // Options selects the apiserver flavour.
 type Options struct {
+	// Version is the Kubernetes version to run, one of Versions(); empty
+	// means K8sVersion.
+	Version string
 	// DisableWatchCache starts kube-apiserver with --watch-cache=false, so a
 	// watch from a compacted resourceVersion gets 410 Expired right after
 	// CompactNow. Periodic bookmarks do not arrive in this flavour.
@@ -60,6 +83,10 @@ type Options struct {
 	// Dir is the working directory; a new temp dir when empty. It is removed
 	// by Stop only when testenv created it.
 	Dir string
+	// AuditLog makes kube-apiserver write an audit log of every list and
+	// watch request (AuditEvents reads it), so a test can see which
+	// requests a client made and how the server answered them.
+	AuditLog bool
 	// Logf receives progress lines (nil: silent).
 	Logf func(format string, args ...any)
 }
@@ -67,9 +94,13 @@ type Options struct {
 // Env is a running etcd + kube-apiserver pair.
 type Env struct {
 	opts    Options
+	version string
 	dir     string
 	ownsDir bool
 	binDir  string
+
+	siblingsMu sync.Mutex
+	siblings   map[string]*Env // other versions, by version; stopped by Stop
 
 	etcd       *proc
 	etcdURL    string
@@ -81,17 +112,57 @@ type Env struct {
 	restartCnt int
 }
 
-// BinDir returns the folder holding the etcd and kube-apiserver binaries:
-// $RELAYD_TESTENV_BIN, else <repo>/.cache/testenv/k8s-<v>-etcd-<v>.
-func BinDir() (string, error) {
-	if d := os.Getenv("RELAYD_TESTENV_BIN"); d != "" {
+// BinDir returns the folder holding the etcd and kube-apiserver binaries of
+// K8sVersion: $RELAYD_TESTENV_BIN, else <repo>/.cache/testenv/k8s-<v>-etcd-<v>.
+func BinDir() (string, error) { return BinDirOf(K8sVersion) }
+
+// BinDirOf returns the folder holding the etcd and kube-apiserver binaries
+// of Kubernetes version v: $RELAYD_TESTENV_BIN for K8sVersion,
+// $RELAYD_TESTENV_BIN_PREV for K8sVersionPrev, else
+// <repo>/.cache/testenv/k8s-<v>-etcd-<v> (where `make testenv-bins` puts them).
+func BinDirOf(v string) (string, error) {
+	envVar, ok := binDirEnv[v]
+	if !ok {
+		return "", fmt.Errorf("testenv: Kubernetes version %q is not provided; the test env has %v", v, Versions())
+	}
+	if d := os.Getenv(envVar); d != "" {
 		return d, nil
 	}
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, ".cache", "testenv", "k8s-"+K8sVersion+"-etcd-"+EtcdVersion), nil
+	return filepath.Join(root, ".cache", "testenv", "k8s-"+v+"-etcd-"+EtcdVersion), nil
+}
+
+// Versions lists the Kubernetes versions the test env provides, K8sVersion
+// first. Every one of them must be built (`make testenv-bins`): tests that
+// run against each version fail, never skip, when one is missing
+// (CheckVersions, VersionsT).
+func Versions() []string { return []string{K8sVersion, K8sVersionPrev} }
+
+// CheckVersions checks that the binaries of every version of Versions are
+// where BinDirOf says and report the right versions.
+func CheckVersions() error {
+	var errs []error
+	for _, v := range Versions() {
+		dir, err := BinDirOf(v)
+		if err == nil {
+			err = checkBinaries(dir, v)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// VersionsT is Versions for a test: it fails tb (CheckVersions) when the
+// binaries of any version are missing or of another version.
+func VersionsT(tb testing.TB) []string {
+	tb.Helper()
+	if err := CheckVersions(); err != nil {
+		tb.Fatal(err)
+	}
+	return Versions()
 }
 
 // repoRoot walks up from the working directory to relayd's go.mod.
@@ -113,28 +184,52 @@ func repoRoot() (string, error) {
 	}
 }
 
-func checkBinaries(dir string) error {
+// checked caches checkBinaries' successes by folder and version, so that
+// each kube-apiserver's --version runs once per test process.
+var checked sync.Map
+
+// checkBinaries checks that dir holds etcd and kube-apiserver, and that
+// kube-apiserver is version v (a folder of another version would run the
+// tests of v against the wrong server, under v's name).
+func checkBinaries(dir, v string) error {
+	if _, ok := checked.Load(dir + "\x00" + v); ok {
+		return nil
+	}
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		p := filepath.Join(dir, b)
 		if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
-			return fmt.Errorf("testenv: %s not found at %s: run `make testenv-bins` (builds etcd %s and kube-apiserver %s from tools/)",
-				b, p, EtcdVersion, K8sVersion)
+			return fmt.Errorf("testenv: %s for Kubernetes %s not found at %s (set by $%s or its default): run `make testenv-bins` (builds etcd %s and kube-apiserver %s and %s from tools/ and tools/k8s-v1.35/)",
+				b, v, p, binDirEnv[v], EtcdVersion, K8sVersion, K8sVersionPrev)
 		}
 	}
+	p := filepath.Join(dir, "kube-apiserver")
+	out, err := exec.Command(p, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("testenv: %s --version: %w: run `make testenv-bins`", p, err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "Kubernetes "+v {
+		return fmt.Errorf("testenv: %s --version says %q, want \"Kubernetes %s\": $%s points at another version; run `make testenv-bins`",
+			p, got, v, binDirEnv[v])
+	}
+	checked.Store(dir+"\x00"+v, true)
 	return nil
 }
 
-// Start starts etcd and kube-apiserver and waits until both are ready.
-// On error everything already started is stopped.
+// Start starts etcd and kube-apiserver of opts.Version and waits until both
+// are ready. On error everything already started is stopped.
 func Start(ctx context.Context, opts Options) (_ *Env, err error) {
-	bin, err := BinDir()
+	version := opts.Version
+	if version == "" {
+		version = K8sVersion
+	}
+	bin, err := BinDirOf(version)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkBinaries(bin); err != nil {
+	if err := checkBinaries(bin, version); err != nil {
 		return nil, err
 	}
-	e := &Env{opts: opts, binDir: bin, dir: opts.Dir}
+	e := &Env{opts: opts, version: version, binDir: bin, dir: opts.Dir}
 	if e.dir == "" {
 		if e.dir, err = os.MkdirTemp("", "relayd-testenv-"); err != nil {
 			return nil, err
@@ -162,6 +257,46 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// Version is the Kubernetes version e runs.
+func (e *Env) Version() string { return e.version }
+
+// Sibling returns a running Env of Kubernetes version v with e's Options
+// (its own etcd, ports and temp dir): e itself when e runs v, otherwise one
+// started at the first call for v, returned again by later calls, and
+// stopped by e.Stop. A test package thus shares one Env per version, e.g.
+// the one testenv.Main started and env.Sibling(ctx, testenv.K8sVersionPrev).
+func (e *Env) Sibling(ctx context.Context, v string) (*Env, error) {
+	if v == e.version {
+		return e, nil
+	}
+	e.siblingsMu.Lock()
+	defer e.siblingsMu.Unlock()
+	if s := e.siblings[v]; s != nil {
+		return s, nil
+	}
+	o := e.opts
+	o.Version, o.Dir = v, ""
+	s, err := Start(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: starting the Kubernetes %s sibling of the %s env: %w", v, e.version, err)
+	}
+	if e.siblings == nil {
+		e.siblings = map[string]*Env{}
+	}
+	e.siblings[v] = s
+	return s, nil
+}
+
+// SiblingT is Sibling for a test: it fails tb on error.
+func (e *Env) SiblingT(tb testing.TB, v string) *Env {
+	tb.Helper()
+	s, err := e.Sibling(tb.Context(), v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }
 
 func (e *Env) logf(format string, args ...any) {
@@ -229,6 +364,9 @@ func (e *Env) writeAPIServerFiles() error {
 		}
 	}
 	e.caFile = filepath.Join(e.dir, "certs", "apiserver.crt")
+	if e.opts.AuditLog {
+		return e.writeAuditPolicy()
+	}
 	return nil
 }
 
@@ -248,6 +386,9 @@ func (e *Env) apiServerArgs() []string {
 	}
 	if e.opts.DisableWatchCache {
 		args = append(args, "--watch-cache=false")
+	}
+	if e.opts.AuditLog {
+		args = append(args, e.auditArgs()...)
 	}
 	return append(args, e.opts.ExtraAPIServerArgs...)
 }
@@ -347,8 +488,15 @@ func WriteKubeconfigToken(path, host, caFile, user, token string) error {
 func (e *Env) CAFile() string { return e.caFile }
 
 // Stop kills kube-apiserver and etcd (SIGTERM, then SIGKILL) and removes the
-// working directory if testenv created it. Safe to call more than once.
+// working directory if testenv created it, and does the same for every
+// Sibling. Safe to call more than once.
 func (e *Env) Stop() {
+	e.siblingsMu.Lock()
+	for v, s := range e.siblings {
+		s.Stop()
+		delete(e.siblings, v)
+	}
+	e.siblingsMu.Unlock()
 	if e.apiserver != nil {
 		e.apiserver.stop(10 * time.Second)
 		e.apiserver = nil

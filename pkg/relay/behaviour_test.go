@@ -187,7 +187,11 @@ func TestPayloadModesAndOversize(t *testing.T) {
 }
 
 func TestForbiddenSourceIsReportedAndOthersKeepRunning(t *testing.T) {
-	f := newFixture(t, env, natsSrv, `
+	forEachVersion(t, forbiddenSourceIsReported)
+}
+
+func forbiddenSourceIsReported(t *testing.T, e *testenv.Env) {
+	f := newFixture(t, e, natsSrv, `
   - name: cms
     apiVersion: v1
     kind: ConfigMap
@@ -241,7 +245,11 @@ func TestForbiddenSourceIsReportedAndOthersKeepRunning(t *testing.T) {
 }
 
 func TestPaginatedListFallbackWhenStreamingListIsRefused(t *testing.T) {
-	old := testenv.StartT(t, testenv.Options{ExtraAPIServerArgs: []string{"--feature-gates=WatchList=false"}})
+	forEachVersionStarted(t, testenv.Options{ExtraAPIServerArgs: []string{"--feature-gates=WatchList=false"}, AuditLog: true},
+		paginatedListFallback)
+}
+
+func paginatedListFallback(t *testing.T, old *testenv.Env) {
 	f := newFixture(t, old, natsSrv, `
   - name: cms
     apiVersion: v1
@@ -265,6 +273,16 @@ func TestPaginatedListFallbackWhenStreamingListIsRefused(t *testing.T) {
 		if strings.HasPrefix(m.Env.K8sName, "pre-") && m.Env.RelaydOrigin != "initial" {
 			t.Errorf("%s: origin %s, want initial", m.Env.K8sName, m.Env.RelaydOrigin)
 		}
+	}
+	// The path relayd took, as the apiserver saw it: one streaming list,
+	// refused as invalid (422: sendInitialEvents without WatchList), then
+	// LIST pages of 2 (5 objects or more: 3 pages, 2 with a continue token)
+	// and a watch from the list's resourceVersion.
+	l := relaydRequests(t, old, "configmaps", f.ns)
+	t.Logf("Kubernetes %s with WatchList off, relayd's requests: %v", old.Version(), l)
+	if l.streamed != 0 || len(l.refused) != 1 || l.refused[0] != 422 || l.pages < 3 || l.continued < 2 || l.resumes < 1 {
+		t.Errorf("Kubernetes %s with WatchList off: %v; want 1 streaming list refused with 422, then at least 3 LIST pages (2 continued) and a watch",
+			old.Version(), l)
 	}
 }
 

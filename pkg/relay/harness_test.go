@@ -39,7 +39,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{}, &env, &natsSrv))
+	// The audit log shows which list path relayd took (versions_test.go).
+	os.Exit(testenv.Main(m, testenv.Options{AuditLog: true}, &env, &natsSrv))
 }
 
 // cfgTemplate is a config with test-specific names filled in; sources are
@@ -127,7 +128,7 @@ type fixture struct {
 // adminOpts are how the test itself connects to n (credentials, TLS).
 func newFixture(t *testing.T, e *testenv.Env, n *testenv.NATS, sources string, adminOpts ...nats.Option) *fixture {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", ".", "-").Replace(t.Name())) // a DNS label: subtests are named after Kubernetes versions
 	if len(name) > 40 {
 		name = name[:40]
 	}

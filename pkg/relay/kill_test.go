@@ -11,6 +11,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/relayd/relayd/internal/testenv"
 )
 
 // relaydBinary is bin/relayd as built by `make build` (RELAYD_BIN), or a
@@ -31,8 +33,12 @@ func relaydBinary(t *testing.T) string {
 }
 
 func TestKill9BetweenWritesLosesNothingAndStoresEachChangeOnce(t *testing.T) {
+	forEachVersion(t, kill9BetweenWrites)
+}
+
+func kill9BetweenWrites(t *testing.T, e *testenv.Env) {
 	bin := relaydBinary(t)
-	f := newFixture(t, env, natsSrv, `
+	f := newFixture(t, e, natsSrv, `
   - name: cms
     apiVersion: v1
     kind: ConfigMap
@@ -134,6 +140,14 @@ func TestKill9BetweenWritesLosesNothingAndStoresEachChangeOnce(t *testing.T) {
 	}
 	if kills < 2 {
 		t.Errorf("only %d kills happened; the test did not exercise restarts", kills)
+	}
+	// Every restart resumed from the checkpoint (README "Delivery
+	// guarantees"): one list in all, the first run's snapshot; the other
+	// runs watched from a resourceVersion.
+	l := relaydRequests(t, e, "configmaps", f.ns)
+	t.Logf("Kubernetes %s, relayd's requests: %v", e.Version(), l)
+	if l.streamed != 1 || len(l.refused) > 0 || l.pages > 0 || l.resumes < 1 {
+		t.Errorf("Kubernetes %s: %v; want 1 streaming list and watches from the checkpoint after it", e.Version(), l)
 	}
 	t.Logf("%d changes, %d kill -9 restarts, %d object events stored", len(history), kills, objects)
 	if t.Failed() {

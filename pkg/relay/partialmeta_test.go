@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
+	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
 )
 
@@ -104,7 +105,11 @@ func (f *fixture) rawStored() []*jetstream.RawStreamMsg {
 // full source over the same ConfigMaps is the control: its events do carry
 // the data.
 func TestPartialMetadataSourcesPublishTheRealResourceAndNoData(t *testing.T) {
-	f := newFixture(t, env, natsSrv, `
+	forEachVersion(t, partialMetadataSources)
+}
+
+func partialMetadataSources(t *testing.T, e *testenv.Env) {
+	f := newFixture(t, e, natsSrv, `
   - name: cms-metadata
     apiVersion: v1
     kind: ConfigMap
@@ -146,7 +151,7 @@ func TestPartialMetadataSourcesPublishTheRealResourceAndNoData(t *testing.T) {
 		t.Fatal(err)
 	}
 	traffic := &apiTraffic{}
-	rc := rest.CopyConfig(env.AdminConfig())
+	rc := rest.CopyConfig(e.AdminConfig())
 	rc.WrapTransport = traffic.wrap
 	f.start(rc, true)
 

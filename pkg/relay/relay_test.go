@@ -38,8 +38,10 @@ func widget(ns, name string, spec map[string]any) *unstructured.Unstructured {
 	}}
 }
 
-func TestEveryEventTypeForBuiltinAndCRD(t *testing.T) {
-	f := newFixture(t, env, natsSrv, `
+func TestEveryEventTypeForBuiltinAndCRD(t *testing.T) { forEachVersion(t, everyEventType) }
+
+func everyEventType(t *testing.T, e *testenv.Env) {
+	f := newFixture(t, e, natsSrv, `
   - name: cms
     apiVersion: v1
     kind: ConfigMap
@@ -155,4 +157,8 @@ func TestEveryEventTypeForBuiltinAndCRD(t *testing.T) {
 		}
 		return nil
 	})
+	// Both versions serve streaming lists by default (versionTraits): the
+	// snapshot came from one, and no paginated LIST was needed.
+	requireStreamingLists(t, e, "configmaps", f.ns, 1)
+	requireStreamingLists(t, e, "widgets", f.ns, 1)
 }
