@@ -129,6 +129,7 @@ type keyState struct {
 	storedAt     time.Time // when the stored value was written (loaded: its Updated)
 	lastWrite    time.Time // last successful write by this store
 	storedRaw    string    // value last read from or written to the ConfigMap
+	discards     uint64    // bumped by Discard
 }
 
 func (k *keyState) dirty() bool { return k.gen > k.persistedGen }
@@ -432,12 +433,19 @@ func sameGeneration(a, b *IndexRef) bool {
 // that lost the ownership of their watches: another replica may already be
 // advancing them, and a late write from here would move them back. Get then
 // returns the position last read or written. Call it only after the watch's
-// pipeline stopped calling Advance.
+// pipeline stopped calling Advance. A write already under way leaves the
+// keys out from its next attempt on (e.g. the retry of a conflict once a
+// partition heals); an update already sent cannot be recalled, but it
+// conflicts with, and so cannot overwrite, any write the new owner made
+// meanwhile.
 func (s *Store) Discard(keys ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range keys {
 		st, ok := s.keys[k]
+		if ok {
+			st.discards++ // a flush in progress must not write it
+		}
 		if !ok || !st.dirty() {
 			continue
 		}
@@ -452,11 +460,26 @@ func (s *Store) Discard(keys ...string) {
 	}
 }
 
+// undiscarded is todo without the keys Discard was called for since
+// collect.
+func (s *Store) undiscarded(todo []pending) []pending {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := todo[:0:0]
+	for _, p := range todo {
+		if s.keys[p.key].discards == p.discards {
+			kept = append(kept, p)
+		}
+	}
+	return kept
+}
+
 // pending is one key to write in a flush.
 type pending struct {
-	key string
-	gen uint64
-	raw string
+	key      string
+	gen      uint64
+	raw      string
+	discards uint64
 }
 
 // collect snapshots the keys to write. force includes bookmark-only progress
@@ -477,7 +500,7 @@ func (s *Store) collect(force bool) ([]pending, error) {
 		if err != nil { // cannot happen for Position
 			return nil, fmt.Errorf("checkpoint: encode key %q: %w", k, err)
 		}
-		out = append(out, pending{key: k, gen: st.gen, raw: raw})
+		out = append(out, pending{key: k, gen: st.gen, raw: raw, discards: st.discards})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out, nil
@@ -510,6 +533,9 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 	s.mu.Unlock()
 
 	err = retry.RetryOnConflict(conflictBackoff, func() error {
+		if todo = s.undiscarded(todo); len(todo) == 0 {
+			return nil
+		}
 		cm, err := s.client.Get(ctx, s.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			data := make(map[string]string, len(todo))
@@ -531,6 +557,12 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 		}
 		if cm.Data == nil {
 			cm.Data = make(map[string]string, len(todo))
+		}
+		// Discarded while this write was under way (a conflict retry can
+		// come after the partition that lost the Lease healed): leave those
+		// keys to their new owner.
+		if todo = s.undiscarded(todo); len(todo) == 0 {
+			return nil
 		}
 		for _, p := range todo {
 			if cur, ok := cm.Data[p.key]; ok && cur != prev[p.key] {
@@ -557,6 +589,9 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 	}
 	// A write cut short by shutdown (cancellation) is not a failure worth
 	// counting; a timeout is.
+	if len(todo) == 0 {
+		return err // every key was discarded: nothing written
+	}
 	if s.metrics != nil && (err == nil || !errors.Is(ctx.Err(), context.Canceled)) {
 		s.metrics.CheckpointWrite(err)
 	}

@@ -673,3 +673,44 @@ func TestDiscardDropsUnwrittenProgress(t *testing.T) {
 		t.Fatalf("%d writes, want 2", got)
 	}
 }
+
+// A replica cut off from the apiserver loses its Lease while a write is
+// under way; when the partition heals, that write's conflict retry must
+// not put the old position over the new owner's (README "High
+// availability and sharding": a replica that lost a source never moves its
+// checkpoint back).
+func TestDiscardDuringAConflictedWriteLeavesTheNewOwnersPosition(t *testing.T) {
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
+	ca := &counting{ConfigMapsGetter: admin.CoreV1()}
+	a := newStore(t, ca, ns, nil)
+	b := newStore(t, admin.CoreV1(), ns, nil)
+	mustLoad(t, a)
+	mustLoad(t, b)
+
+	a.Advance("k", pos("10", 1), false)
+	ca.setHook(func(n int64) error {
+		if n == 1 {
+			// Between a's get and its update: b owns k now and writes
+			// it (so a's update conflicts), and a is told it lost k.
+			b.Advance("k", pos("20", 1), false)
+			if err := b.Flush(context.Background()); err != nil {
+				return err
+			}
+			a.Discard("k")
+		}
+		return nil
+	})
+	if err := a.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := ca.conflicts.Load(); got != 1 {
+		t.Fatalf("a's update conflicted %d times, want 1 (the test did not interleave)", got)
+	}
+	if got := ca.ok.Load(); got != 0 {
+		t.Errorf("a wrote %d times after it was discarded, want 0", got)
+	}
+	fresh := newStore(t, admin.CoreV1(), ns, nil)
+	mustLoad(t, fresh)
+	wantPos(t, fresh, "k", "20", 1)
+}
