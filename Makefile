@@ -86,7 +86,8 @@ test: testenv-bins kustomize-bin prometheus-bin build lint ## Build test servers
 
 # `make chaos` (docs/RELIABILITY.md): the fault-injection matrix of
 # test/chaos — kill -9 at random and at failpoints, SIGSTOP, apiserver
-# restart, 410 by compaction, NATS restart, full stream, TCP proxy faults —
+# restart and SIGKILL, etcd restart, 410 by compaction, NATS restart,
+# JetStream cluster leader and quorum loss, full stream, TCP proxy faults —
 # run over and over with new seeds until CHAOS_BUDGET is spent. Every run's
 # history is checked; failed runs leave it as JSON in CHAOS_ARTIFACTS.
 # The short version (each scenario once) runs inside `make test`.

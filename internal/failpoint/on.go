@@ -94,8 +94,10 @@ func Inject(name string) {
 	mu.Lock()
 	pt := points[name]
 	fire := false
+	var hits int64
 	if pt != nil {
 		pt.hits++
+		hits = pt.hits // read under mu: another watch may hit the point meanwhile
 		switch {
 		case pt.n > 0:
 			fire = pt.hits == pt.n
@@ -109,7 +111,7 @@ func Inject(name string) {
 	if !fire {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "failpoint %s: %s (hit %d)\n", name, pt.action, pt.hits)
+	fmt.Fprintf(os.Stderr, "failpoint %s: %s (hit %d)\n", name, pt.action, hits)
 	switch pt.action {
 	case "kill":
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

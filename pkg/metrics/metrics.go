@@ -58,6 +58,7 @@ type Metrics struct {
 	CheckpointErrors prometheus.Counter
 	CheckpointAge    *prometheus.GaugeVec // source
 	NATSConnected    prometheus.Gauge
+	StreamUsable     prometheus.Gauge
 	SourceUp         *prometheus.GaugeVec // source
 	SourceLeader     *prometheus.GaugeVec // source
 	TrackedObjects   *prometheus.GaugeVec // source
@@ -126,6 +127,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		CheckpointAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "relayd_checkpoint_age_seconds", Help: "Seconds since the source's position was last persisted (0 until a first write).",
 		}, src),
+		StreamUsable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relayd_stream_usable", Help: "1 when the last stream check found the stream usable (exists, captures relayd's subjects, has a leader); /readyz says why not.",
+		}),
 		NATSConnected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "relayd_nats_connected", Help: "1 when the NATS connection is up.",
 		}),
@@ -153,7 +157,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	cs := []prometheus.Collector{
 		m.Events, m.EventsFiltered, m.EventsSuppressed, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
 		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.InFlightBytes, m.PublishErrors, m.Duplicates, m.Oversize,
-		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.SourceUp,
+		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.StreamUsable, m.SourceUp,
 		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

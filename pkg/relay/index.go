@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -351,14 +352,96 @@ type sourceSync struct {
 	readAt time.Time
 }
 
-// checkIndex compares w's index with a consistent LIST at exactly rv (the
-// relist's resourceVersion): same uids, same resourceVersions.
+// checkIndex compares the object index with a consistent LIST at exactly
+// rv (the relist's resourceVersion): same uids, names and resourceVersions.
+// Two indexes are compared: the bucket as read back from NATS, once every
+// index write this watch submitted is acknowledged (what a restart would
+// load: the one that matters), and the in-memory index. Each difference
+// names the object, what the index has and what the list has, and is the
+// only error returned (relayd stops on it). A check that cannot be made
+// for now (the apiserver or NATS unreachable: the fault-injection suite
+// kills them) is retried with backoff; one that can never be made (the
+// list's resourceVersion compacted meanwhile, or relayd stopping) is
+// logged as not made.
 func (r *relay) checkIndex(ctx context.Context, w *watch, rv string) error {
-	client, err := r.restClient(w.resource)
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 5 * time.Second}
+	for attempt := 1; ; attempt++ {
+		err := r.checkIndexOnce(ctx, w, rv)
+		var bad *indexMismatchError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &bad):
+			return err
+		case ctx.Err() != nil:
+			w.log.Warn("index consistency check not made: the watch is stopping", zap.String("resourceVersion", rv), zap.Error(err))
+			return nil
+		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+			w.log.Warn("index consistency check not made: the list's resourceVersion was compacted", zap.String("resourceVersion", rv), zap.Error(err))
+			return nil
+		}
+		d := backoff.Step()
+		w.log.Warn("index consistency check could not read the list or the bucket; retrying", zap.String("resourceVersion", rv),
+			zap.Int("attempt", attempt), zap.Duration("in", d), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			w.log.Warn("index consistency check not made: the watch is stopping", zap.String("resourceVersion", rv))
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// indexMismatchError is a difference found by checkIndex (or a list it
+// cannot read at all): retrying cannot help.
+type indexMismatchError struct{ msg string }
+
+func (e *indexMismatchError) Error() string { return e.msg }
+
+func mismatch(format string, args ...any) error {
+	return &indexMismatchError{msg: fmt.Sprintf(format, args...)}
+}
+
+func (r *relay) checkIndexOnce(ctx context.Context, w *watch, rv string) error {
+	// The watch goroutine is the only submitter of w.pipe: Drain is safe
+	// here, and afterwards the bucket holds every index write made so far.
+	if err := w.pipe.Drain(ctx); err != nil {
+		return fmt.Errorf("waiting for the index writes to be acknowledged: %w", err)
+	}
+	b := r.bucket.Load()
+	stored := index.New()
+	if _, err := b.Load(ctx, w.ixPrefix, stored); err != nil {
+		return fmt.Errorf("reading the index bucket %q back (keys %s.*): %w", b.Name(), w.ixPrefix, err)
+	}
+	listed, err := r.listAt(ctx, w, rv)
 	if err != nil {
 		return err
 	}
-	seen := 0
+	for _, ix := range []struct {
+		name string
+		x    *index.Index
+	}{{fmt.Sprintf("the index bucket %q", b.Name()), stored}, {"the in-memory index", w.idx}} {
+		if err := compareIndex(ix.name, ix.x, listed, rv, w.fingerprint); err != nil {
+			return err
+		}
+	}
+	w.log.Info("index consistency check passed (bucket and memory)", zap.String("resourceVersion", rv), zap.String("objects", strconv.Itoa(len(listed))))
+	return nil
+}
+
+// listedObject is one object of checkIndex's LIST.
+type listedObject struct {
+	meta        event.Meta
+	fingerprint uint64 // with ignoreChanges
+}
+
+// listAt lists w's objects at exactly rv (relayd's own objects left out).
+func (r *relay) listAt(ctx context.Context, w *watch, rv string) ([]listedObject, error) {
+	client, err := r.restClient(w.resource)
+	if err != nil {
+		return nil, err
+	}
+	var out []listedObject
 	cont := ""
 	for {
 		req := client.Get().Resource(w.resource.Resource).
@@ -378,50 +461,66 @@ func (r *relay) checkIndex(ctx context.Context, w *watch, rv string) error {
 		}
 		body, err := source.RawResult(req.Do(ctx))
 		if err != nil {
-			return fmt.Errorf("list at resourceVersion %s: %w", rv, err)
+			return nil, fmt.Errorf("list at resourceVersion %s: %w", rv, err)
 		}
 		var page struct {
 			Metadata metav1.ListMeta   `json:"metadata"`
 			Items    []json.RawMessage `json:"items"`
 		}
 		if err := json.Unmarshal(body, &page); err != nil {
-			return fmt.Errorf("decode list: %w", err)
+			return nil, mismatch("list at resourceVersion %s: cannot decode it: %v", rv, err)
 		}
 		for _, raw := range page.Items {
 			o, err := event.ParseObjectShaped(raw, w.shaping)
 			if err != nil {
-				return err
+				return nil, mismatch("list at resourceVersion %s: cannot parse an object: %v", rv, err)
 			}
 			if r.isSelf(w, &o.Meta) {
 				continue
 			}
-			seen++
-			got, ok := w.idx.Get(o.Meta.UID)
-			if !ok {
-				return fmt.Errorf("%s/%s (uid %s, resourceVersion %s) exists at %s but is not indexed",
-					o.Meta.Namespace, o.Meta.Name, o.Meta.UID, o.Meta.ResourceVersion, rv)
+			l := listedObject{meta: o.Meta}
+			if w.fingerprint {
+				l.fingerprint = o.Fingerprint(w.shaping)
 			}
-			// With ignoreChanges the index keeps the published version of
-			// an object that since changed only in ignored fields.
-			sameContent := w.fingerprint && got.Fingerprint != 0 && got.Fingerprint == o.Fingerprint(w.shaping)
-			if (got.ResourceVersion != o.Meta.ResourceVersion && !sameContent) || got.Name != o.Meta.Name || got.Namespace != o.Meta.Namespace {
-				return fmt.Errorf("%s/%s (uid %s) is at resourceVersion %s but indexed as %s/%s at %s",
-					o.Meta.Namespace, o.Meta.Name, o.Meta.UID, o.Meta.ResourceVersion, got.Namespace, got.Name, got.ResourceVersion)
-			}
+			out = append(out, l)
 		}
 		if cont = page.Metadata.Continue; cont == "" {
-			break
+			return out, nil
 		}
 	}
-	if n := w.idx.Len(); n != seen {
+}
+
+// compareIndex checks index x (called name in errors) against listed.
+func compareIndex(name string, x *index.Index, listed []listedObject, rv string, fingerprint bool) error {
+	for _, l := range listed {
+		m := &l.meta
+		got, ok := x.Get(m.UID)
+		if !ok {
+			return mismatch("%s/%s (uid %s): %s does not have it; the list at %s has it at resourceVersion %s",
+				m.Namespace, m.Name, m.UID, name, rv, m.ResourceVersion)
+		}
+		// With ignoreChanges the index keeps the published version of
+		// an object that since changed only in ignored fields.
+		sameContent := fingerprint && got.Fingerprint != 0 && got.Fingerprint == l.fingerprint
+		if (got.ResourceVersion != m.ResourceVersion && !sameContent) || got.Name != m.Name || got.Namespace != m.Namespace {
+			return mismatch("%s/%s (uid %s): %s has %s/%s at resourceVersion %s; the list at %s has %s/%s at resourceVersion %s",
+				m.Namespace, m.Name, m.UID, name, got.Namespace, got.Name, got.ResourceVersion, rv, m.Namespace, m.Name, m.ResourceVersion)
+		}
+	}
+	if n := x.Len(); n != len(listed) {
+		in := make(map[string]bool, len(listed))
+		for _, l := range listed {
+			in[l.meta.UID] = true
+		}
 		var extra []string
-		w.idx.Range(func(o index.Object) bool {
-			extra = append(extra, o.Namespace+"/"+o.Name+"@"+o.ResourceVersion)
+		x.Range(func(o index.Object) bool {
+			if !in[o.UID] {
+				extra = append(extra, fmt.Sprintf("%s/%s (uid %s) at resourceVersion %s", o.Namespace, o.Name, o.UID, o.ResourceVersion))
+			}
 			return len(extra) < 10
 		})
-		return fmt.Errorf("the index has %d objects, the list at %s has %d (some indexed: %v)", n, rv, seen, extra)
+		return mismatch("%s has %d objects, the list at %s has %d: not in the list: %s", name, n, rv, len(listed), strings.Join(extra, ", "))
 	}
-	w.log.Info("index consistency check passed", zap.String("resourceVersion", rv), zap.String("objects", strconv.Itoa(seen)))
 	return nil
 }
 

@@ -368,6 +368,7 @@ func (r *relay) watchStream(ctx context.Context) {
 			backoff.Duration = 500 * time.Millisecond
 		}
 		r.streamErr.Store(reason)
+		r.m.StreamUsable.Set(map[bool]float64{true: 1}[reason == ""])
 		switch {
 		case reason != "" && reason != lastErr:
 			r.log.Error("the stream is not usable; relayd stays unready", zap.String("stream", s.Name), zap.String("reason", reason))

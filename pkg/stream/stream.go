@@ -9,7 +9,9 @@
 // stream that differ from the configuration are reported as warnings; the
 // few that break relayd's guarantees (a duplicate window under a minute, or
 // subjects that do not capture relayd's when it may not add them) are a
-// Blocker: relayd stays unready with that reason.
+// Blocker: relayd stays unready with that reason. So does a replicated stream
+// without a leader (its JetStream cluster lost quorum): nothing can be
+// stored, and relayd waits, holding its checkpoints.
 package stream
 
 import (
@@ -138,6 +140,17 @@ func join(a, b string) string {
 	return a + "; " + b
 }
 
+// Leaderless says why a replicated stream cannot store anything when its
+// info (which a member answers even without a leader) shows no leader: the
+// JetStream cluster lost quorum or is electing one. "" otherwise.
+func Leaderless(info *jetstream.StreamInfo) string {
+	if info == nil || info.Cluster == nil || info.Config.Replicas <= 1 || info.Cluster.Leader != "" {
+		return ""
+	}
+	return fmt.Sprintf("stream %s (%d replicas) has no leader: its JetStream cluster %q lost quorum or is electing one; publishes wait, nothing is lost",
+		info.Config.Name, info.Config.Replicas, info.Cluster.Name)
+}
+
 // Captures reports whether every subject that matches pattern also matches
 // streamSubject, i.e. a stream with streamSubject stores every message
 // published on pattern. Both may hold the wildcards "*" and ">".
@@ -198,9 +211,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, w Want) (Result, error)
 		return res, fmt.Errorf("stream %s: %w", w.Name, err)
 	}
 	for attempt := 0; ; attempt++ {
-		found := s.CachedInfo().Config
+		info := s.CachedInfo()
+		found := info.Config
 		res.Found, res.Plan = found, Check(found, w)
 		if !res.AddSubject {
+			res.Blocker = join(res.Blocker, Leaderless(info))
 			return res, nil
 		}
 		if attempt == 3 {

@@ -106,3 +106,25 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+func TestLeaderless(t *testing.T) {
+	info := func(replicas int, cluster *jetstream.ClusterInfo) *jetstream.StreamInfo {
+		return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Name: "K8S", Replicas: replicas}, Cluster: cluster}
+	}
+	for _, c := range []struct {
+		name string
+		in   *jetstream.StreamInfo
+		want string
+	}{
+		{"no info", nil, ""},
+		{"single server", info(1, nil), ""},
+		{"R1 in a cluster, no leader reported", info(1, &jetstream.ClusterInfo{Name: "c"}), ""},
+		{"R3 with a leader", info(3, &jetstream.ClusterInfo{Name: "c", Leader: "n1"}), ""},
+		{"R3 without a leader", info(3, &jetstream.ClusterInfo{Name: "c"}),
+			`stream K8S (3 replicas) has no leader: its JetStream cluster "c" lost quorum or is electing one; publishes wait, nothing is lost`},
+	} {
+		if got := Leaderless(c.in); got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+	}
+}

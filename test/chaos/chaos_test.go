@@ -182,7 +182,9 @@ func TestChaos(t *testing.T) {
 func faultKinds(r scenario.Result) map[string]int {
 	m := map[string]int{}
 	for _, f := range r.Faults {
-		m[f.Kind]++
+		if f.Kind != "error" { // a failed injection is a run error, not a fault
+			m[f.Kind]++
+		}
 	}
 	if r.Crashes > 0 {
 		m["failpoint-kill"] = r.Crashes
@@ -195,14 +197,14 @@ func faultKinds(r scenario.Result) map[string]int {
 func Table(results []scenario.Result) string {
 	type row struct {
 		runs, events, objs, faults, lost, dups, covered, gapDel, failed int
-		kinds, checks                                                   map[string]int
+		kinds, checks, relists                                          map[string]int
 	}
 	rows := map[string]*row{}
 	var order []string
 	for _, r := range results {
 		x := rows[r.Scenario]
 		if x == nil {
-			x = &row{kinds: map[string]int{}, checks: map[string]int{}}
+			x = &row{kinds: map[string]int{}, checks: map[string]int{}, relists: map[string]int{}}
 			rows[r.Scenario] = x
 			order = append(order, r.Scenario)
 		}
@@ -217,6 +219,9 @@ func Table(results []scenario.Result) string {
 			x.kinds[k] += n
 			x.faults += n
 		}
+		for why, n := range r.Report.Relists {
+			x.relists[why] += n
+		}
 		for _, f := range r.Report.Failures {
 			if f.Check != "lost" {
 				x.checks[f.Check]++
@@ -230,7 +235,7 @@ func Table(results []scenario.Result) string {
 		}
 	}
 	var b strings.Builder
-	b.WriteString("| scenario | runs | events (reference) | object messages | faults injected | lost | other failures | covered by resync | gap deletes reported | duplicates on stream | outcome |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario | runs | events (reference) | object messages | faults injected | lost | other failures | relists (what explained them) | covered by resync | gap deletes reported | duplicates on stream | outcome |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, name := range order {
 		x := rows[name]
 		var ks []string
@@ -251,7 +256,16 @@ func Table(results []scenario.Result) string {
 		if len(cs) > 0 {
 			other = strings.Join(cs, ", ")
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d (%s) | %d | %s | %d | %d | %d | %s |\n", name, x.runs, x.events, x.objs, x.faults, strings.Join(ks, ", "), x.lost, other, x.covered, x.gapDel, x.dups, outcome)
+		var rs []string
+		for k, n := range x.relists {
+			rs = append(rs, fmt.Sprintf("%s×%d", k, n))
+		}
+		sort.Strings(rs)
+		relists := "0"
+		if len(rs) > 0 {
+			relists = strings.Join(rs, ", ")
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d (%s) | %d | %s | %s | %d | %d | %d | %s |\n", name, x.runs, x.events, x.objs, x.faults, strings.Join(ks, ", "), x.lost, other, relists, x.covered, x.gapDel, x.dups, outcome)
 	}
 	return b.String()
 }

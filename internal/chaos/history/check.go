@@ -5,12 +5,13 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Finding is one violation found by Check.
 type Finding struct {
 	// Check names the property: lost, gap-state, gap-delete, order,
-	// phantom, final, checkpoint-ahead, reference.
+	// phantom, final, checkpoint-ahead, reference, duplicate, relist, exit.
 	Check  string `json:"check"`
 	Source string `json:"source"`
 	UID    string `json:"uid,omitempty"`
@@ -28,7 +29,7 @@ type Report struct {
 	ReferenceChanges int `json:"referenceChanges"` // changes the reference watch saw
 	StreamMessages   int `json:"streamMessages"`   // every message, markers included
 	ObjectMessages   int `json:"objectMessages"`   // object events, duplicates included
-	Duplicates       int `json:"duplicates"`       // messages whose id was already on the stream
+	Duplicates       int `json:"duplicates"`       // messages whose id was already on the stream (inside the duplicate window: also a failure)
 	// CoveredByResync counts reference changes missing from the stream
 	// inside a gap that a resync marker covers (and whose gap state checked).
 	CoveredByResync int `json:"coveredByResync"`
@@ -40,6 +41,13 @@ type Report struct {
 	RedundantDeletes int `json:"redundantDeletes"`
 	// Resyncs counts sync.completed markers by reason.
 	Resyncs map[string]int `json:"resyncs"`
+	// Relists counts sync.started markers by what explained them
+	// ("<reason> by <fault kind>", "initial by first start").
+	Relists map[string]int `json:"relists,omitempty"`
+	// Exits counts relayd's exits during the run; UnexplainedExits those
+	// the run did not ask for (each also a failure).
+	Exits            int `json:"exits"`
+	UnexplainedExits int `json:"unexplainedExits"`
 	// Samples counts checkpoint samples checked.
 	Samples  int       `json:"samples"`
 	Failures []Finding `json:"failures,omitempty"`
@@ -65,8 +73,8 @@ func (r Report) count(check string) int {
 // Summary is a one-paragraph account of the report.
 func (r Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, %d checkpoint samples",
-		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Samples)
+	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, relists %v, %d exits (%d unexplained), %d checkpoint samples",
+		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Relists, r.Exits, r.UnexplainedExits, r.Samples)
 	if r.OK() {
 		b.WriteString(": OK")
 		return b.String()
@@ -111,6 +119,7 @@ type checker struct {
 	events  map[[2]string][]Event  // first occurrences of object events per object, in stream order
 	gaps    map[string][]gap       // per source
 	refKeys map[key]Change
+	starts  []Event // first occurrences of sync.started, in stream order
 }
 
 // Check checks h; see the package documentation for the properties.
@@ -125,13 +134,16 @@ func Check(h *History) Report {
 		refKeys: map[key]Change{},
 	}
 	c.rep.Resyncs = map[string]int{}
+	c.rep.Relists = map[string]int{}
 	c.index()
 	c.checkReference()
 	c.checkLost()
 	c.checkPhantomsAndOrder()
 	c.checkFinal()
 	c.checkSamples()
-	rank := map[string]int{"reference": 0, "lost": 1, "gap-delete": 2, "gap-state": 3, "phantom": 4, "order": 5, "final": 6, "checkpoint-ahead": 7}
+	c.checkRelists()
+	c.checkExits()
+	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "gap-delete": 3, "gap-state": 4, "phantom": 5, "order": 6, "final": 7, "checkpoint-ahead": 8, "relist": 9, "duplicate": 10}
 	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return rank[c.rep.Failures[i].Check] < rank[c.rep.Failures[j].Check] })
 	return c.rep
 }
@@ -150,20 +162,24 @@ func (c *checker) index() {
 	for _, l := range c.byUID {
 		sort.SliceStable(l, func(i, j int) bool { return l[i].RV < l[j].RV })
 	}
-	seen := map[string]bool{}
+	seen := map[string]Event{}        // Nats-Msg-Id -> its first message
 	started := map[[2]string]uint64{} // src/epoch -> seq
 	stream := append([]Event(nil), h.Stream...)
 	sort.SliceStable(stream, func(i, j int) bool { return stream[i].Seq < stream[j].Seq })
 	for _, e := range stream {
-		id := e.Source + "/" + e.ID
-		if seen[id] {
+		id := e.MsgID
+		if id == "" {
+			id = e.Source + "/" + e.ID
+		}
+		if first, dup := seen[id]; dup {
 			c.rep.Duplicates++
 			if e.Kind == "object" {
 				c.rep.ObjectMessages++
 			}
+			c.duplicate(first, e)
 			continue
 		}
-		seen[id] = true
+		seen[id] = e
 		switch e.Kind {
 		case "object":
 			c.rep.ObjectMessages++
@@ -181,6 +197,7 @@ func (c *checker) index() {
 			}
 		case "sync.started":
 			started[[2]string{e.Source, fmt.Sprint(e.Epoch)}] = e.Seq
+			c.starts = append(c.starts, e)
 		case "sync.completed":
 			c.rep.Resyncs[e.Reason]++
 			c.gaps[e.Source] = append(c.gaps[e.Source], gap{
@@ -416,5 +433,145 @@ func (c *checker) checkSamples() {
 				break // one finding per sample
 			}
 		}
+	}
+}
+
+// duplicate fails a message whose Nats-Msg-Id was stored before (first)
+// inside the stream's duplicate window: JetStream should have dropped it,
+// so either the window does not work or two different messages share an
+// id. Outside the window a replay is legitimately stored again: counted
+// only. Without stored times or a recorded window it counts as inside.
+func (c *checker) duplicate(first, e Event) {
+	w := c.h.DuplicateWindow
+	apart := e.Stored.Sub(first.Stored)
+	if w > 0 && !first.Stored.IsZero() && !e.Stored.IsZero() && apart >= w {
+		return
+	}
+	c.fail(Finding{Check: "duplicate", Source: e.Source, UID: e.UID, Name: e.Name, RV: e.RV,
+		Detail: fmt.Sprintf("message id %q stored at seq %d and again at seq %d, %v apart, inside the duplicate window %v",
+			cmpOr(e.MsgID, e.Source+"/"+e.ID), first.Seq, e.Seq, apart.Round(time.Millisecond), w)})
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// explainRelist names what explains the relist that sync.started e began,
+// or "" when nothing does. A relist is explained by:
+//
+//   - initial: the source's first list, before any watch event of it (the
+//     first start has no checkpoint; writes start after its checkpoint);
+//   - expired (410): a fault injected before the relist that ended history
+//     after the relist's fromResourceVersion: an etcd compaction at a
+//     revision above it, or a restart of the apiserver's watch cache —
+//     apiserver-restart, apiserver-kill9, etcd-restart (the apiserver's
+//     cache re-initialises from a list after its etcd watch broke) — that
+//     served again at a revision above it: a position older than the new
+//     cache's start gets 410 Gone from the cache;
+//   - no-checkpoint: the checkpoint (key) deleted before it;
+//   - index-lost: the index bucket deleted before it.
+//
+// Nothing else explains a relist: in particular a kill -9 of relayd, a
+// failpoint crash, a NATS restart or a network fault must resume from the
+// checkpoint and the index without one. A fault's time is compared with
+// the time JetStream stored sync.started (when recorded).
+func (c *checker) explainRelist(e Event, watchSeen bool, firstOfSource bool) string {
+	before := func(f Fault) bool { return e.Stored.IsZero() || f.At.Before(e.Stored) }
+	switch e.Reason {
+	case "initial":
+		if firstOfSource && !watchSeen && e.From == 0 {
+			return "initial by first start"
+		}
+	case "expired":
+		for _, f := range c.h.Faults {
+			switch f.Kind {
+			case FaultEtcdCompact, FaultAPIServerRestart, FaultAPIServerKill9, FaultEtcdRestart:
+				if before(f) && f.Rev > e.From {
+					return "expired by " + f.Kind
+				}
+			}
+		}
+	case "no-checkpoint":
+		for _, f := range c.h.Faults {
+			if f.Kind == FaultCheckpointDeleted && before(f) {
+				return "no-checkpoint by " + f.Kind
+			}
+		}
+	case "index-lost":
+		for _, f := range c.h.Faults {
+			if f.Kind == FaultBucketDeleted && before(f) {
+				return "index-lost by " + f.Kind
+			}
+		}
+	}
+	return ""
+}
+
+// checkRelists: every relist is explained (see explainRelist).
+func (c *checker) checkRelists() {
+	watchSeen := map[string]bool{} // source -> a watch event came before
+	starts := map[string]int{}
+	stream := append([]Event(nil), c.h.Stream...)
+	sort.SliceStable(stream, func(i, j int) bool { return stream[i].Seq < stream[j].Seq })
+	seen := map[string]bool{}
+	for _, e := range stream {
+		switch {
+		case e.Kind == "object" && e.Origin == "watch":
+			watchSeen[e.Source] = true
+		case e.Kind == "sync.started":
+			id := cmpOr(e.MsgID, e.Source+"/"+e.ID)
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			starts[e.Source]++
+			why := c.explainRelist(e, watchSeen[e.Source], starts[e.Source] == 1)
+			if why != "" {
+				c.rep.Relists[why]++
+				continue
+			}
+			c.rep.Relists[e.Reason+" unexplained"]++
+			at := "at an unknown time"
+			if !e.Stored.IsZero() {
+				at = "stored " + e.Stored.Format("15:04:05.000")
+			}
+			c.fail(Finding{Check: "relist", Source: e.Source, RV: e.From,
+				Detail: fmt.Sprintf("relist (reason %s, epoch %d, seq %d, %s) from resourceVersion %d is explained by no fault injected before it (faults: %s)",
+					e.Reason, e.Epoch, e.Seq, at, e.From, c.faultSummary())})
+		}
+	}
+}
+
+func (c *checker) faultSummary() string {
+	by := map[string]int{}
+	for _, f := range c.h.Faults {
+		by[f.Kind]++
+	}
+	if len(by) == 0 {
+		return "none"
+	}
+	return fmt.Sprint(by)
+}
+
+// checkExits: every exit of relayd was asked for (see Exit.Explained).
+func (c *checker) checkExits() {
+	for _, x := range c.h.Exits {
+		c.rep.Exits++
+		if x.Explained() {
+			continue
+		}
+		c.rep.UnexplainedExits++
+		why := "not killed by the run"
+		switch {
+		case x.Killed && x.Failpoints == "":
+			why = "SIGKILL the run did not send, no failpoint armed"
+		case x.Killed:
+			why = fmt.Sprintf("SIGKILL the run did not send, and no failpoint kill printed (armed: %s)", x.Failpoints)
+		}
+		c.fail(Finding{Check: "exit", Source: "relayd",
+			Detail: fmt.Sprintf("relayd exited at %s (%s): %s; log tail:\n%s", x.At.Format("15:04:05.000"), x.Status, why, x.LogTail)})
 	}
 }

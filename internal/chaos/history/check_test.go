@@ -17,8 +17,20 @@ type syn struct {
 	uid map[string]string
 }
 
+// t0 is when the synthetic stream starts: message seq is stored at
+// t0 + seq×10ms.
+var t0 = time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+
+func stored(seq uint64) time.Time { return t0.Add(time.Duration(seq) * 10 * time.Millisecond) }
+
 func newSyn() *syn {
-	return &syn{h: History{Scenario: "synthetic", Sources: []string{"cms"}}, rv: 100, uid: map[string]string{}}
+	return &syn{h: History{Scenario: "synthetic", Sources: []string{"cms"}, DuplicateWindow: 10 * time.Minute}, rv: 100, uid: map[string]string{}}
+}
+
+// fault records a fault injected right after the last message so far
+// (before the next one is stored).
+func (s *syn) fault(kind string, rev int64) {
+	s.h.Faults = append(s.h.Faults, Fault{At: stored(s.seq).Add(5 * time.Millisecond), Kind: kind, Rev: rev})
 }
 
 // write makes a change to object name (create, update or delete) and
@@ -45,20 +57,22 @@ func (s *syn) publish(ch Change, origin string) Event {
 	if ch.Type == Deleted {
 		id += "/deleted"
 	}
-	e := Event{Seq: s.seq, Source: ch.Source, ID: id, Kind: "object", Type: ch.Type, UID: ch.UID, Namespace: ch.Namespace, Name: ch.Name, RV: ch.RV, Origin: origin, Epoch: 1}
+	e := Event{Seq: s.seq, Source: ch.Source, ID: id, MsgID: ch.Source + "/" + id, Stored: stored(s.seq), Kind: "object", Type: ch.Type, UID: ch.UID, Namespace: ch.Namespace, Name: ch.Name, RV: ch.RV, Origin: origin, Epoch: 1}
 	s.h.Stream = append(s.h.Stream, e)
 	return e
 }
 
 func (s *syn) unknownDelete(last Change) {
 	s.seq++
-	s.h.Stream = append(s.h.Stream, Event{Seq: s.seq, Source: "cms", ID: fmt.Sprintf("%s/%d/deleted", last.UID, last.RV), Kind: "object", Type: Deleted,
+	id := fmt.Sprintf("%s/%d/deleted", last.UID, last.RV)
+	s.h.Stream = append(s.h.Stream, Event{Seq: s.seq, Source: "cms", ID: id, MsgID: "cms/" + id, Stored: stored(s.seq), Kind: "object", Type: Deleted,
 		UID: last.UID, Namespace: "ns", Name: last.Name, RV: last.RV, Origin: "resync", Unknown: true, Epoch: 2})
 }
 
 func (s *syn) marker(kind, reason string, epoch uint64, from, to int64) {
 	s.seq++
-	s.h.Stream = append(s.h.Stream, Event{Seq: s.seq, Source: "cms", ID: fmt.Sprintf("sync/ns/%d/%s", epoch, strings.TrimPrefix(kind, "sync.")), Kind: kind, Reason: reason, Epoch: epoch, From: from, To: to})
+	id := fmt.Sprintf("sync/ns/%d/%s", epoch, strings.TrimPrefix(kind, "sync."))
+	s.h.Stream = append(s.h.Stream, Event{Seq: s.seq, Source: "cms", ID: id, MsgID: "cms/" + id, Stored: stored(s.seq), Kind: kind, Reason: reason, Epoch: epoch, From: from, To: to})
 }
 
 // final records the final LIST from the reference.
@@ -161,6 +175,7 @@ func TestPhantomWriteIsCaught(t *testing.T) {
 
 func TestPhantomResyncDeleteIsCaught(t *testing.T) {
 	s := clean()
+	s.fault(FaultEtcdCompact, s.rv+1)
 	// A "final state unknown" delete of an object that still exists.
 	s.marker("sync.started", "expired", 2, s.rv, s.rv)
 	s.unknownDelete(Change{Source: "cms", UID: s.uid["a"], Name: "a", RV: s.h.Reference[6].RV})
@@ -178,7 +193,9 @@ func TestStaleFinalStateIsCaught(t *testing.T) {
 	wantOnly(t, Check(&s.h), map[string]int{"final": 1})
 }
 
-func TestDuplicatesAreCountedNotFailed(t *testing.T) {
+// A message id stored again inside the duplicate window: JetStream should
+// have dropped it.
+func TestDuplicatesInsideTheWindowFail(t *testing.T) {
 	s := clean()
 	s.publish(s.h.Reference[0], "watch")
 	s.publish(s.h.Reference[0], "watch")
@@ -186,8 +203,25 @@ func TestDuplicatesAreCountedNotFailed(t *testing.T) {
 	if r.Duplicates != 2 {
 		t.Errorf("duplicates %d, want 2", r.Duplicates)
 	}
-	// The old version arrived again after newer ones: a duplicate, not a
-	// first occurrence out of order.
+	// The old version arrived again after newer ones: a duplicate (not a
+	// first occurrence out of order), inside the window.
+	wantOnly(t, r, map[string]int{"duplicate": 2})
+	// Without a recorded window or stored times, a duplicate counts as
+	// inside it.
+	s.h.DuplicateWindow = 0
+	wantOnly(t, Check(&s.h), map[string]int{"duplicate": 2})
+}
+
+// A replay stored after the duplicate window has passed is legitimate
+// (at least once): counted, not failed.
+func TestDuplicatesOutsideTheWindowAreCountedNotFailed(t *testing.T) {
+	s := clean()
+	e := s.publish(s.h.Reference[0], "watch")
+	s.h.Stream[len(s.h.Stream)-1].Stored = s.h.Stream[0].Stored.Add(11 * time.Minute)
+	r := Check(&s.h)
+	if r.Duplicates != 1 {
+		t.Errorf("duplicates %d, want 1 (seq %d)", r.Duplicates, e.Seq)
+	}
 	wantOnly(t, r, map[string]int{})
 }
 
@@ -208,6 +242,7 @@ func gapRun(withDelete, withState bool) (*syn, Change) {
 	s.write("create", "e")
 	s.write("delete", "e")
 	to := s.rv
+	s.fault(FaultEtcdCompact, to) // relayd was away; etcd compacted at to
 	s.marker("sync.started", "expired", 2, from, to)
 	if withState {
 		s.publish(a3, "resync")
@@ -319,6 +354,7 @@ func TestRedundantResyncDeleteIsCountedNotFailed(t *testing.T) {
 	s.publish(s.write("delete", "a"), "watch")
 	// relayd crashed before its index recorded the delete: the next
 	// relist reports it again, with the last version it had indexed.
+	s.fault(FaultEtcdCompact, s.rv)
 	s.marker("sync.started", "expired", 2, a.RV, s.rv)
 	s.unknownDelete(a)
 	s.marker("sync.completed", "expired", 2, a.RV, s.rv)
@@ -327,5 +363,122 @@ func TestRedundantResyncDeleteIsCountedNotFailed(t *testing.T) {
 	wantOnly(t, r, map[string]int{})
 	if r.RedundantDeletes != 1 {
 		t.Errorf("redundant deletes %d, want 1", r.RedundantDeletes)
+	}
+}
+
+// relistRun: a clean run whose relayd relisted (reason) from the position
+// after its first three changes, after faults were injected; the relist
+// finds every object unchanged.
+func relistRun(reason string, faults func(s *syn, from int64)) *syn {
+	s := newSyn()
+	s.publish(s.write("create", "a"), "watch")
+	s.publish(s.write("create", "b"), "watch")
+	s.publish(s.write("update", "a"), "watch")
+	from := s.rv
+	faults(s, from)
+	s.marker("sync.started", reason, 2, from, from)
+	s.marker("sync.completed", reason, 2, from, from)
+	s.publish(s.write("update", "b"), "watch")
+	s.final()
+	return s
+}
+
+func TestRelistExplainedByAnEarlierFaultPasses(t *testing.T) {
+	for _, c := range []struct{ reason, fault string }{
+		{"expired", FaultEtcdCompact},
+		{"expired", FaultAPIServerRestart},
+		{"expired", FaultAPIServerKill9},
+		{"expired", FaultEtcdRestart},
+		{"no-checkpoint", FaultCheckpointDeleted},
+		{"index-lost", FaultBucketDeleted},
+	} {
+		s := relistRun(c.reason, func(s *syn, from int64) { s.fault(c.fault, from+1) })
+		r := Check(&s.h)
+		wantOnly(t, r, map[string]int{})
+		if want := c.reason + " by " + c.fault; r.Relists[want] != 1 {
+			t.Errorf("%s after %s: relists %v, want %q once", c.reason, c.fault, r.Relists, want)
+		}
+	}
+}
+
+// A kill -9 (or a failpoint crash, a NATS restart, a network fault) with a
+// current checkpoint and index must resume without a relist.
+func TestRelistAfterOnlyAKillFails(t *testing.T) {
+	for _, kind := range []string{"kill-9", "kill-9-down", "nats-stop", "proxy-reset", "sigstop"} {
+		s := relistRun("expired", func(s *syn, from int64) { s.fault(kind, 0) })
+		r := Check(&s.h)
+		wantOnly(t, r, map[string]int{"relist": 1})
+		if f := r.Failures; len(f) == 1 && !strings.Contains(f[0].Detail, "explained by no fault") {
+			t.Errorf("%s: finding does not say why: %s", kind, f[0])
+		}
+	}
+}
+
+func TestRelistWithTheWrongFaultFails(t *testing.T) {
+	for _, c := range []struct{ reason, fault string }{
+		{"expired", FaultCheckpointDeleted},
+		{"expired", FaultBucketDeleted},
+		{"no-checkpoint", FaultEtcdCompact},
+		{"index-lost", FaultAPIServerKill9},
+		{"closed", FaultAPIServerKill9}, // not a reason relayd relists for
+	} {
+		s := relistRun(c.reason, func(s *syn, from int64) { s.fault(c.fault, from+1) })
+		wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+	}
+}
+
+// The fault must come before the relist, and must have ended history after
+// the relist's position.
+func TestRelistBeforeTheFaultOrFromAfterItFails(t *testing.T) {
+	s := relistRun("expired", func(s *syn, from int64) {})
+	s.h.Faults = []Fault{{At: s.h.Stream[len(s.h.Stream)-1].Stored.Add(time.Millisecond), Kind: FaultEtcdCompact, Rev: s.rv + 1}}
+	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+
+	// Compacted (or the watch cache restarted) at or before the position
+	// the relist started from: that position had not expired.
+	s = relistRun("expired", func(s *syn, from int64) { s.fault(FaultEtcdCompact, from) })
+	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+	s = relistRun("expired", func(s *syn, from int64) { s.fault(FaultAPIServerKill9, from-1) })
+	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+}
+
+func TestInitialListOnlyAtTheFirstStart(t *testing.T) {
+	// The first start: an initial list before any watch event passes.
+	s := newSyn()
+	s.marker("sync.started", "initial", 1, 0, s.rv)
+	s.marker("sync.completed", "initial", 1, 0, s.rv)
+	s.publish(s.write("create", "a"), "watch")
+	s.final()
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{})
+	if r.Relists["initial by first start"] != 1 {
+		t.Errorf("relists %v", r.Relists)
+	}
+	// A second initial list later (the checkpoint was lost without a
+	// fault saying so) fails.
+	s.marker("sync.started", "initial", 2, 0, s.rv)
+	s.marker("sync.completed", "initial", 2, 0, s.rv)
+	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+}
+
+func TestUnplannedExitFails(t *testing.T) {
+	s := clean()
+	s.h.Exits = []Exit{
+		{At: t0, Status: "signal: killed", Killed: true, Planned: true},                                                                                  // kill -9 by the run
+		{At: t0, Status: "signal: killed", Killed: true, Failpoints: "sink-after-ack=kill,n=7", FailpointKill: "failpoint sink-after-ack: kill (hit 7)"}, // armed failpoint
+		{At: t0, Status: "exit status 2", Failpoints: "sink-after-ack=kill,n=7", LogTail: "panic: runtime error: index out of range [3] with length 3"},
+		{At: t0, Status: "exit status 1", LogTail: `{"level":"error","msg":"relayd stopped","error":"index consistency check failed for cms/ns: ..."}`},
+		{At: t0, Status: "signal: killed", Killed: true, LogTail: "(killed by someone else)"},                         // a SIGKILL the run did not send
+		{At: t0, Status: "signal: killed", Killed: true, Failpoints: "sink-after-ack=kill,n=7", LogTail: "(no line)"}, // armed, but did not fire
+	}
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"exit": 4})
+	if r.Exits != 6 || r.UnexplainedExits != 4 {
+		t.Errorf("exits %d, unexplained %d; want 6, 4", r.Exits, r.UnexplainedExits)
+	}
+	for _, want := range []string{"panic: runtime error", "index consistency check failed", "exit status 2", "no failpoint armed"} {
+		if !strings.Contains(r.Summary(), want) {
+			t.Errorf("the failures do not show %q:\n%s", want, r.Summary())
+		}
 	}
 }

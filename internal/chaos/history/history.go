@@ -15,7 +15,14 @@
 //   - the last message of every object equals a final consistent LIST;
 //   - a sampled checkpoint is never ahead of what the stream held when it
 //     was sampled;
-//   - duplicates on the stream are counted.
+//   - no message id is stored twice inside the stream's duplicate window
+//     (JetStream must drop a replay; duplicates outside it are counted);
+//   - every relist (sync.started) is explained by a fault injected before
+//     it (see explainRelist), and a kill -9 with a current checkpoint and
+//     index explains none;
+//   - every exit of relayd is one the run asked for: a kill it sent, or a
+//     failpoint kill armed by the scenario; any other exit (a panic, an
+//     error exit such as a failed index consistency check) fails the run.
 //
 // resourceVersions are compared as numbers here: the checker knows the
 // store is etcd (relayd itself treats them as opaque).
@@ -69,6 +76,11 @@ type Event struct {
 	Seq    uint64 `json:"seq"`
 	Source string `json:"source"`
 	ID     string `json:"id"`
+	// MsgID is the message's Nats-Msg-Id header as stored (relayd sets it
+	// to "<source>/<id>"); empty in histories recorded before it was kept.
+	MsgID string `json:"msgID,omitempty"`
+	// Stored is when JetStream stored the message (zero: not recorded).
+	Stored time.Time `json:"stored,omitzero"`
 	// Kind is "object", "sync.started" or "sync.completed".
 	Kind      string `json:"kind"`
 	Type      string `json:"type,omitempty"` // object events: added, modified, deleted
@@ -103,27 +115,75 @@ type Sample struct {
 	StreamLastSeq uint64    `json:"streamLastSeq"`
 }
 
-// Fault is one injected fault, for the record.
+// Fault is one injected fault. At is when it took effect (for a server
+// kill: the kill, not the end of the restart).
 type Fault struct {
 	At     time.Time `json:"at"`
 	Kind   string    `json:"kind"`
 	Detail string    `json:"detail,omitempty"`
+	// Rev is an etcd revision the fault makes history end at: for
+	// etcd-compact the compaction revision, for apiserver-restart,
+	// apiserver-kill9 and etcd-restart the revision once the apiserver
+	// served again (its new watch cache starts at or before it). 0: none.
+	Rev int64 `json:"rev,omitempty"`
+}
+
+// Fault kinds that explain relists (see explainRelist).
+const (
+	FaultEtcdCompact       = "etcd-compact"
+	FaultAPIServerRestart  = "apiserver-restart"
+	FaultAPIServerKill9    = "apiserver-kill9"
+	FaultEtcdRestart       = "etcd-restart"
+	FaultBucketDeleted     = "bucket-deleted"
+	FaultCheckpointDeleted = "checkpoint-deleted"
+)
+
+// Exit is one exit of a relayd process during the run (the final SIGTERM
+// stop is checked by the run itself, not recorded here).
+type Exit struct {
+	At time.Time `json:"at"`
+	// Status is how the process ended: "signal: killed", "exit status 2".
+	Status string `json:"status"`
+	// Killed: the process ended by SIGKILL.
+	Killed bool `json:"killed"`
+	// Planned: the run sent that SIGKILL (a kill -9 fault, a restart with
+	// other failpoints).
+	Planned bool `json:"planned"`
+	// Failpoints is RELAYD_FAILPOINTS of that process ("" none armed).
+	Failpoints string `json:"failpoints,omitempty"`
+	// FailpointKill is the "failpoint <name>: kill (hit n)" line the
+	// process printed, if it did.
+	FailpointKill string `json:"failpointKill,omitempty"`
+	// LogTail is the end of the process's log.
+	LogTail string `json:"logTail,omitempty"`
+}
+
+// Explained reports whether the run asked for this exit: a SIGKILL it
+// sent, or a SIGKILL by an armed failpoint that said so.
+func (x Exit) Explained() bool {
+	return x.Killed && (x.Planned || (x.Failpoints != "" && x.FailpointKill != ""))
 }
 
 // History is everything one run recorded.
 type History struct {
-	Scenario  string    `json:"scenario"`
-	Seed      uint64    `json:"seed"`
-	Sources   []string  `json:"sources"`
-	Faults    []Fault   `json:"faults,omitempty"`
-	Writes    []Write   `json:"writes"`
-	Reference []Change  `json:"reference"`
-	Stream    []Event   `json:"stream"`
-	Final     []Object  `json:"final"`
-	FinalRV   int64     `json:"finalRV"` // resourceVersion of the final LIST
-	Samples   []Sample  `json:"samples,omitempty"`
-	Started   time.Time `json:"started"`
-	Ended     time.Time `json:"ended"`
+	Scenario  string   `json:"scenario"`
+	Seed      uint64   `json:"seed"`
+	Sources   []string `json:"sources"`
+	Faults    []Fault  `json:"faults,omitempty"`
+	Writes    []Write  `json:"writes"`
+	Reference []Change `json:"reference"`
+	Stream    []Event  `json:"stream"`
+	Final     []Object `json:"final"`
+	FinalRV   int64    `json:"finalRV"` // resourceVersion of the final LIST
+	// DuplicateWindow is the stream's duplicate window (0: not recorded;
+	// then every repeated message id counts as inside it).
+	DuplicateWindow time.Duration `json:"duplicateWindow,omitempty"`
+	// Exits are relayd's exits during the run (nil in histories recorded
+	// before they were kept).
+	Exits   []Exit    `json:"exits,omitempty"`
+	Samples []Sample  `json:"samples,omitempty"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended"`
 }
 
 // Save writes h as indented JSON.

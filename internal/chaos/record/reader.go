@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,13 +19,21 @@ import (
 // ReadStream reads every message of the stream, in order, and decodes it.
 // A message that does not decode is an error: relayd never publishes one.
 func ReadStream(ctx context.Context, js jetstream.JetStream, stream string) ([]history.Event, error) {
+	evs, _, err := ReadStreamWindow(ctx, js, stream)
+	return evs, err
+}
+
+// ReadStreamWindow is ReadStream, and also returns the stream's duplicate
+// window. Every event carries the Nats-Msg-Id it was stored with and the
+// time JetStream stored it.
+func ReadStreamWindow(ctx context.Context, js jetstream.JetStream, stream string) ([]history.Event, time.Duration, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
-		return nil, fmt.Errorf("reader: stream %s: %w", stream, err)
+		return nil, 0, fmt.Errorf("reader: stream %s: %w", stream, err)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reader: stream %s: %w", stream, err)
+		return nil, 0, fmt.Errorf("reader: stream %s: %w", stream, err)
 	}
 	var out []history.Event
 	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
@@ -33,15 +42,17 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string) ([]h
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reader: message %d: %w", seq, err)
+			return nil, 0, fmt.Errorf("reader: message %d: %w", seq, err)
 		}
 		e, err := Decode(seq, rm.Header, rm.Data)
 		if err != nil {
-			return nil, fmt.Errorf("reader: message %d on %s: %w", seq, rm.Subject, err)
+			return nil, 0, fmt.Errorf("reader: message %d on %s: %w", seq, rm.Subject, err)
 		}
+		e.MsgID = rm.Header.Get(event.HeaderMsgID)
+		e.Stored = rm.Time
 		out = append(out, e)
 	}
-	return out, nil
+	return out, info.Config.Duplicates, nil
 }
 
 // Decode turns one stored message into a history event.

@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -31,82 +33,149 @@ type Prefix struct {
 // JSON gateway), started before the first write. It sees every revision of
 // every object, and neither apiserver restarts nor 410s (an apiserver
 // thing) interrupt it, so it stays fault-free while the apiserver is the
-// victim. ConfigMaps are stored as protobuf ("k8s\x00" + runtime.Unknown),
-// custom resources as JSON; only metadata.uid is decoded. A delete's
+// victim. When etcd itself is restarted (scenario etcd-restart) the watch
+// breaks; it is made again from the revision after the last event it saw,
+// so nothing is missed as long as etcd keeps that history (no compaction
+// past it: etcd then cancels the watch, and the reference fails).
+// ConfigMaps are stored as protobuf ("k8s\x00" + runtime.Unknown), custom
+// resources as JSON; only metadata.uid is decoded. A delete's
 // resourceVersion is the deletion's revision, as the apiserver's watch
 // reports it.
 type Reference struct {
+	endpoint string
 	prefixes []Prefix
 	cancel   context.CancelFunc
 	done     chan struct{}
 
-	mu      sync.Mutex
-	changes []history.Change
-	err     error
+	mu         sync.Mutex
+	changes    []history.Change
+	next       int64 // revision to watch from when the watch is made again
+	reconnects int
+	err        error
 }
+
+// ReconnectTimeout bounds how long the reference tries to watch etcd again
+// after its watch broke (etcd restarted or unreachable).
+const ReconnectTimeout = 2 * time.Minute
 
 // StartReference watches etcd at endpoint from revision fromRev+1 on, for
 // keys under "/registry/", keeping those under prefixes. It returns once
 // etcd confirmed the watch.
 func StartReference(ctx context.Context, endpoint string, fromRev int64, prefixes []Prefix) (*Reference, error) {
 	wctx, cancel := context.WithCancel(context.Background())
-	r := &Reference{prefixes: prefixes, cancel: cancel, done: make(chan struct{})}
+	r := &Reference{endpoint: endpoint, prefixes: prefixes, cancel: cancel, done: make(chan struct{}), next: fromRev + 1}
+	type opened struct {
+		sc   *bufio.Scanner
+		body io.Closer
+		err  error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		sc, body, err := r.open(wctx)
+		ch <- opened{sc, body, err}
+	}()
+	var o opened
+	select {
+	case o = <-ch:
+	case <-ctx.Done():
+		cancel()
+		if o = <-ch; o.body != nil {
+			o.body.Close()
+		}
+		return nil, ctx.Err()
+	}
+	if o.err != nil {
+		cancel()
+		return nil, o.err
+	}
+	go r.run(wctx, o.sc, o.body)
+	return r, nil
+}
+
+// open makes the etcd watch from r.next and reads its creation line.
+func (r *Reference) open(ctx context.Context) (*bufio.Scanner, io.Closer, error) {
+	r.mu.Lock()
+	next := r.next
+	r.mu.Unlock()
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 	body, _ := json.Marshal(map[string]any{"create_request": map[string]any{
-		"key": b64("/registry/"), "range_end": b64("/registry0"), "start_revision": strconv.FormatInt(fromRev+1, 10),
+		"key": b64("/registry/"), "range_end": b64("/registry0"), "start_revision": strconv.FormatInt(next, 10),
 		"prev_kv": true,
 	}})
-	req, err := http.NewRequestWithContext(wctx, http.MethodPost, endpoint+"/v3/watch", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.endpoint+"/v3/watch", bytes.NewReader(body))
 	if err != nil {
-		cancel()
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("reference: etcd watch: %w", err)
+		return nil, nil, fmt.Errorf("reference: etcd watch from revision %d: %w", next, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
-		cancel()
-		return nil, fmt.Errorf("reference: etcd watch: HTTP %d", resp.StatusCode)
+		return nil, nil, fmt.Errorf("reference: etcd watch from revision %d: HTTP %d", next, resp.StatusCode)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 64<<20)
-	created := make(chan error, 1)
-	go func() {
-		defer close(r.done)
-		defer resp.Body.Close()
-		first := true
+	if !sc.Scan() {
+		resp.Body.Close()
+		return nil, nil, fmt.Errorf("reference: etcd watch from revision %d ended before it was created: %v", next, sc.Err())
+	}
+	if err := r.line(sc.Bytes(), true); err != nil {
+		resp.Body.Close()
+		return nil, nil, err
+	}
+	return sc, resp.Body, nil
+}
+
+// run reads the watch until ctx ends, making it again when it breaks.
+func (r *Reference) run(ctx context.Context, sc *bufio.Scanner, body io.Closer) {
+	defer close(r.done)
+	for {
 		for sc.Scan() {
-			err := r.line(sc.Bytes(), first)
-			if first {
-				created <- err
-				first = false
-			}
-			if err != nil {
+			if err := r.line(sc.Bytes(), false); err != nil {
+				body.Close()
 				r.setErr(err)
 				return
 			}
 		}
-		if first {
-			created <- fmt.Errorf("reference: etcd watch ended before it was created: %v", sc.Err())
+		body.Close()
+		if ctx.Err() != nil {
+			return
 		}
-		if wctx.Err() == nil {
-			r.setErr(fmt.Errorf("reference: etcd watch ended: %v", sc.Err()))
+		broke := sc.Err()
+		deadline := time.Now().Add(ReconnectTimeout)
+		var err error
+		for {
+			if sc, body, err = r.open(ctx); err == nil || ctx.Err() != nil || time.Now().After(deadline) ||
+				strings.Contains(err.Error(), "canceled") {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
-	}()
-	select {
-	case err := <-created:
+		if ctx.Err() != nil {
+			if err == nil {
+				body.Close()
+			}
+			return
+		}
 		if err != nil {
-			r.Close()
-			return nil, err
+			r.setErr(fmt.Errorf("reference: etcd watch ended (%v) and could not be made again: %w", broke, err))
+			return
 		}
-	case <-ctx.Done():
-		r.Close()
-		return nil, ctx.Err()
+		r.mu.Lock()
+		r.reconnects++
+		r.mu.Unlock()
 	}
-	return r, nil
+}
+
+// Reconnects is how many times the watch was made again.
+func (r *Reference) Reconnects() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reconnects
 }
 
 type watchLine struct {
@@ -150,6 +219,11 @@ func (r *Reference) line(b []byte, first bool) error {
 		return fmt.Errorf("reference: first etcd watch line is not the creation: %.200s", b)
 	}
 	for _, ev := range l.Result.Events {
+		if rev, err := strconv.ParseInt(ev.KV.ModRev, 10, 64); err == nil {
+			r.mu.Lock()
+			r.next = max(r.next, rev+1)
+			r.mu.Unlock()
+		}
 		key := string(ev.KV.Key)
 		var p *Prefix
 		for i := range r.prefixes {

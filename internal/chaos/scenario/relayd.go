@@ -2,24 +2,32 @@ package scenario
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/relayd/relayd/internal/chaos/history"
 )
 
-// BuildRelayd builds cmd/relayd with -tags failpoints into dir.
+// BuildRelayd builds cmd/relayd with -race (cgo on) and -tags failpoints
+// into dir. The chaos runs also set GORACE=halt_on_error=1, so a data race
+// ends relayd at once, with the report in its log: an exit the run did not
+// ask for, which fails it.
 func BuildRelayd(repoRoot, dir string) (string, error) {
-	out := filepath.Join(dir, "relayd-failpoints")
-	cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", out, "./cmd/relayd")
+	out := filepath.Join(dir, "relayd-failpoints-race")
+	cmd := exec.Command("go", "build", "-race", "-tags", "failpoints", "-o", out, "./cmd/relayd")
 	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build -tags failpoints ./cmd/relayd: %v\n%s", err, b)
+		return "", fmt.Errorf("go build -race -tags failpoints ./cmd/relayd: %v\n%s", err, b)
 	}
 	return out, nil
 }
@@ -59,6 +67,10 @@ var hitRe = regexp.MustCompile(`\{n(?::(\d+)-(\d+))?\}`)
 
 // proc is relayd run as a pod would be: a keeper restarts it whenever it
 // exits on its own (kill -9, a failpoint, a crash), after a short delay.
+// Every exit is recorded (history.Exit) with how it ended, whether the run
+// sent the SIGKILL, the failpoint kill line relayd printed, if any, and the
+// tail of its log: the checker fails the run on any exit it did not ask
+// for.
 type proc struct {
 	bin, conf, kc, log string
 
@@ -69,16 +81,21 @@ type proc struct {
 	rng        *rand.Rand // for {n}; used under mu
 	keep       bool       // restart after an exit
 	restarts   int
-	crashes    int  // exits that were not a kill we sent
+	crashes    int  // exits by an armed failpoint's kill
 	hold       bool // no restart until released
-	killing    bool
+	killing    bool // the run sent SIGKILL to the current process
+	curFP      string
+	logOff     int64 // size of the log when the current process started
+	exits      []history.Exit
 	keeperDone chan struct{}
 }
 
 func (p *proc) startLocked() error {
 	cmd := exec.Command(p.bin, "run", "-c", p.conf, "--kubeconfig", p.kc,
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0", "--log-level", "info")
-	cmd.Env = os.Environ()
+	// The index consistency check after every relist (pkg/relay), and a
+	// data race ends relayd at once (see BuildRelayd).
+	cmd.Env = append(os.Environ(), "RELAYD_INDEX_CHECK=1", "GORACE=halt_on_error=1")
 	fp := p.failpoints
 	if p.rng != nil {
 		fp = hitRe.ReplaceAllStringFunc(fp, func(m string) string {
@@ -99,12 +116,17 @@ func (p *proc) startLocked() error {
 		return err
 	}
 	defer logf.Close()
+	if st, err := logf.Stat(); err == nil {
+		p.logOff = st.Size()
+	}
 	fmt.Fprintf(logf, "=== %s start (failpoints %q)\n", time.Now().Format(time.RFC3339Nano), fp)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	p.cmd = cmd
+	p.curFP = fp
+	p.killing = false
 	exited := make(chan struct{})
 	p.exited = exited
 	go func() {
@@ -139,7 +161,9 @@ func (p *proc) keeper() {
 			p.mu.Unlock()
 			return
 		}
-		if !p.killing {
+		x := p.exitLocked()
+		p.exits = append(p.exits, x)
+		if x.Explained() && !x.Planned {
 			p.crashes++
 		}
 		p.killing = false
@@ -165,16 +189,71 @@ func (p *proc) keeper() {
 	}
 }
 
-// signal sends sig to the running relayd.
-func (p *proc) signal(sig syscall.Signal) {
+// exitLocked describes the exit of the current process (exited).
+func (p *proc) exitLocked() history.Exit {
+	x := history.Exit{At: time.Now(), Planned: p.killing, Failpoints: p.curFP, Status: "unknown"}
+	if ps := p.cmd.ProcessState; ps != nil {
+		x.Status = ps.String()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+			x.Killed = ws.Signaled() && ws.Signal() == syscall.SIGKILL
+		}
+	}
+	x.FailpointKill, x.LogTail = readRun(p.log, p.logOff)
+	return x
+}
+
+// readRun reads one process's part of the log (from off): the failpoint
+// kill line it printed, if any, and its last lines (at most 40 lines or
+// 6 KiB).
+func readRun(path string, off int64) (fpKill, tail string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", "(log unreadable: " + err.Error() + ")"
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return "", "(log unreadable: " + err.Error() + ")"
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return "", "(log unreadable: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "failpoint ") && strings.Contains(l, ": kill (hit ") {
+			fpKill = l
+		}
+	}
+	lines = lines[max(0, len(lines)-40):]
+	tail = strings.Join(lines, "\n")
+	if len(tail) > 6<<10 {
+		tail = "..." + tail[len(tail)-6<<10:]
+	}
+	return fpKill, tail
+}
+
+// signal sends sig to the running relayd and reports whether it reached
+// a process that had not exited (between an exit and the keeper's restart
+// there is none). A SIGKILL that did is recorded as the run's own
+// (planned).
+func (p *proc) signal(sig syscall.Signal) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd != nil && p.cmd.Process != nil {
-		if sig == syscall.SIGKILL {
-			p.killing = true
-		}
-		_ = p.cmd.Process.Signal(sig)
+	if p.cmd == nil || p.cmd.Process == nil {
+		return false
 	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return false
+	}
+	if sig == syscall.SIGKILL {
+		p.killing = true
+	}
+	return true
 }
 
 // setHold stops (true) or allows (false) restarts by the keeper.
@@ -242,8 +321,16 @@ func (p *proc) kill() {
 	}
 }
 
+// counts: restarts by the keeper, and exits by an armed failpoint's kill.
 func (p *proc) counts() (restarts, crashes int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.restarts, p.crashes
+}
+
+// exitLog is every exit recorded so far.
+func (p *proc) exitLog() []history.Exit {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]history.Exit(nil), p.exits...)
 }

@@ -3,8 +3,9 @@
 // loopback) and checks the outcome with internal/chaos/history.
 //
 // A run: namespaces and a stream are created; a reference watch of etcd
-// starts; relayd (built with -tags failpoints) starts under a keeper that
-// restarts it whenever it dies, like a pod; a seeded writer creates,
+// starts; relayd (built with -race and -tags failpoints, run with
+// RELAYD_INDEX_CHECK=1) starts under a keeper that restarts it whenever it
+// dies, like a pod, and records every exit; a seeded writer creates,
 // updates and deletes ConfigMaps and Widgets (a CRD) while the scenario's
 // fault driver injects faults with quiet periods in between; then every
 // fault is healed, relayd runs without failpoints until the stream is
@@ -44,7 +45,7 @@ type Env struct {
 	K8s       *testenv.Env // watch cache on (apiserver restart gives 410)
 	K8sNoWC   *testenv.Env // watch cache off (compaction gives 410); may be nil
 	NATS      *testenv.NATS
-	RelaydBin string // built with -tags failpoints
+	RelaydBin string // built by BuildRelayd (-race, -tags failpoints)
 	// ArtifactDir receives the histories (JSON) and relayd logs of failed
 	// runs.
 	ArtifactDir string
@@ -79,6 +80,10 @@ type Scenario struct {
 	// MinWriteFor stretches the writing phase (and so the fault phase) to
 	// at least this long.
 	MinWriteFor time.Duration
+	// NATSCluster > 0 runs relayd against its own JetStream cluster of
+	// that many servers (Run.Cluster) instead of Env.NATS, with the stream
+	// and the index bucket replicated on all of them (cluster.go).
+	NATSCluster int
 }
 
 // Params bound a run.
@@ -98,7 +103,7 @@ type Result struct {
 	Report   history.Report
 	Faults   []history.Fault
 	Restarts int // relayd restarts by the keeper
-	Crashes  int // of which relayd died on its own (failpoint kill)
+	Crashes  int // of which relayd died at an armed failpoint's kill (an exit the run did not ask for is a failure, not a crash)
 	Writes   int // acknowledged writes
 	Duration time.Duration
 	// Err is a failure outside the checker (setup, relayd exit code,
@@ -119,6 +124,7 @@ type Run struct {
 	proc *proc
 
 	APIProxy, NATSProxy *faultproxy.Proxy
+	Cluster             *testenv.NATSCluster // Scenario.NATSCluster's servers, else nil
 	js                  jetstream.JetStream
 	stream              string
 
@@ -127,14 +133,85 @@ type Run struct {
 	natsDown bool
 }
 
-// Fault records an injected fault.
-func (r *Run) Fault(kind, detail string) {
+// Fault records an injected fault, now.
+func (r *Run) Fault(kind, detail string) { r.FaultAt(time.Now(), kind, detail, 0) }
+
+// FaultAt records a fault that took effect at at; rev is the etcd revision
+// it ends history at (see history.Fault), 0 for none.
+func (r *Run) FaultAt(at time.Time, kind, detail string, rev int64) {
 	r.mu.Lock()
-	r.faults = append(r.faults, history.Fault{At: time.Now(), Kind: kind, Detail: detail})
+	r.faults = append(r.faults, history.Fault{At: at, Kind: kind, Detail: detail, Rev: rev})
 	r.mu.Unlock()
 	if r.Env.Logf != nil {
-		r.Env.Logf("fault %s %s", kind, detail)
+		r.Env.Logf("fault %s %s (rev %d)", kind, detail, rev)
 	}
+}
+
+// RestartAPIServer restarts kube-apiserver: gracefully (SIGTERM, kind
+// apiserver-restart) or with SIGKILL (kind apiserver-kill9), on the same
+// port. The fault is recorded as of the stop, with the etcd revision once
+// the apiserver is ready again: its new watch cache starts at or before it,
+// so a watch from an older position may get 410.
+func (r *Run) RestartAPIServer(ctx context.Context, kill bool) error {
+	ctx = context.WithoutCancel(ctx)
+	kind, t0 := history.FaultAPIServerRestart, time.Now()
+	var err error
+	if kill {
+		kind = history.FaultAPIServerKill9
+		err = r.K8s.KillRestartAPIServer(ctx)
+	} else {
+		err = r.K8s.RestartAPIServer(ctx)
+	}
+	if err != nil {
+		r.Fault("error", fmt.Sprintf("%s: %v", kind, err))
+		return err
+	}
+	rev, err := r.K8s.EtcdRevision(ctx)
+	if err != nil {
+		r.Fault("error", fmt.Sprintf("%s: etcd revision: %v", kind, err))
+		return err
+	}
+	r.FaultAt(t0, kind, "back after "+time.Since(t0).Round(time.Millisecond).String(), rev)
+	return nil
+}
+
+// RestartEtcd kills etcd (SIGKILL) while everything else runs, keeps it
+// down for down, and starts it again on the same data directory and ports.
+// Recorded like RestartAPIServer (kind etcd-restart): the apiserver's watch
+// cache re-initialises once its etcd watch broke, with the same effect on
+// old positions.
+func (r *Run) RestartEtcd(ctx context.Context, down time.Duration) error {
+	ctx = context.WithoutCancel(ctx)
+	t0 := time.Now()
+	r.K8s.KillEtcd()
+	time.Sleep(down)
+	if err := r.K8s.StartEtcdAgain(ctx); err != nil {
+		r.Fault("error", fmt.Sprintf("%s: %v", history.FaultEtcdRestart, err))
+		return err
+	}
+	if err := r.K8s.WaitAPIServerReady(ctx, 60*time.Second); err != nil {
+		r.Fault("error", fmt.Sprintf("%s: %v", history.FaultEtcdRestart, err))
+		return err
+	}
+	rev, err := r.K8s.EtcdRevision(ctx)
+	if err != nil {
+		r.Fault("error", fmt.Sprintf("%s: etcd revision: %v", history.FaultEtcdRestart, err))
+		return err
+	}
+	r.FaultAt(t0, history.FaultEtcdRestart, fmt.Sprintf("down %v, apiserver ready after %v", down.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond)), rev)
+	return nil
+}
+
+// Compact compacts etcd at its current revision (kind etcd-compact, with
+// the compaction revision).
+func (r *Run) Compact(ctx context.Context) {
+	t0 := time.Now()
+	rev, err := r.K8s.CompactNow(context.WithoutCancel(ctx))
+	if err != nil {
+		r.Fault("error", fmt.Sprintf("%s: %v", history.FaultEtcdCompact, err))
+		return
+	}
+	r.FaultAt(t0, history.FaultEtcdCompact, fmt.Sprintf("revision %d", rev), rev)
 }
 
 // Sleep waits d or until ctx ends; false if ctx ended.
@@ -153,7 +230,11 @@ func (r *Run) Between(lo, hi time.Duration) time.Duration {
 }
 
 // Kill9 kills relayd with SIGKILL (the keeper restarts it).
-func (r *Run) Kill9() { r.proc.signal(sigKill); r.Fault("kill-9", "") }
+func (r *Run) Kill9() {
+	if r.proc.signal(sigKill) {
+		r.Fault("kill-9", "")
+	}
+}
 
 // Down kills relayd with SIGKILL and keeps it down for d, then calls
 // during (if not nil) before it is restarted: a long outage.
@@ -235,6 +316,11 @@ nats:
     name: {{.Stream}}
     create: {{.Create}}
     duplicateWindow: 10m
+{{- if .Replicas}}
+    replicas: {{.Replicas}}
+  index:
+    replicas: {{.Replicas}}
+{{- end}}
 checkpoint:
   namespace: {{.CPNS}}
   name: cp
@@ -313,7 +399,15 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.Err = err
 		return res
 	}
-	nc, err := nats.Connect(e.NATS.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	jsc, err := startNATSCluster(s)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	if jsc != nil {
+		defer jsc.Shutdown()
+	}
+	nc, err := nats.Connect(runNATSURL(e, jsc), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		res.Err = err
 		return res
@@ -351,8 +445,8 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	}
 	defer ref.Close()
 
-	r := &Run{Env: e, K8s: k8s, Rng: rand.New(rand.NewPCG(p.Seed, 7)), js: js, stream: stream}
-	apiHost, natsURL := k8s.Host(), e.NATS.URL()
+	r := &Run{Env: e, K8s: k8s, Rng: rand.New(rand.NewPCG(p.Seed, 7)), js: js, stream: stream, Cluster: jsc}
+	apiHost, natsURL := k8s.Host(), runNATSURL(e, jsc)
 	if s.ProxyAPI {
 		if r.APIProxy, err = faultproxy.New(strings.TrimPrefix(apiHost, "https://")); err != nil {
 			res.Err = err
@@ -381,6 +475,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	var b bytes.Buffer
 	_ = template.Must(template.New("cfg").Parse(cfgTemplate)).Execute(&b, map[string]any{
 		"Cluster": cluster, "URL": natsURL, "Stream": stream, "Create": s.StreamMaxMsgs == 0, "CPNS": cpNS, "NS": ns,
+		"Replicas": s.NATSCluster,
 	})
 	if err := os.WriteFile(conf, b.Bytes(), 0o600); err != nil {
 		res.Err = err
@@ -431,11 +526,8 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		if acked < maxWrites && time.Since(phaseStart) < writeFor {
 			return false
 		}
-		r.mu.Lock()
-		n := len(r.faults)
-		r.mu.Unlock()
 		_, crashes := r.proc.counts()
-		return n+crashes >= s.MinFaults
+		return r.injected()+crashes >= s.MinFaults
 	}
 	writer := record.NewWriter(dyn, record.WriterOptions{Seed: p.Seed, Namespace: ns, Kinds: kinds, Objects: p.Objects,
 		MaxWrites: maxWrites * maxStretch, Duration: writeFor * maxStretch, Pace: p.Pace, Done: done})
@@ -467,6 +559,10 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 			return res
 		}
 	}
+	if err := r.healCluster(); err != nil {
+		res.Err = err
+		return res
+	}
 	if s.StreamMaxMsgs > 0 {
 		if err := r.SetStreamMaxMsgs(ctx, -1); err != nil {
 			res.Err = fmt.Errorf("lift the stream limit: %w", err)
@@ -490,9 +586,10 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		}
 		h.Reference = changes
 		h.Writes = writer.Writes()
-		if h.Stream, err = record.ReadStream(cctx, js, stream); err != nil {
+		if h.Stream, h.DuplicateWindow, err = record.ReadStreamWindow(cctx, js, stream); err != nil {
 			return err
 		}
+		h.Exits = r.proc.exitLog()
 		if h.Final, h.FinalRV, err = record.FinalList(cctx, dyn, ns, kinds); err != nil {
 			return err
 		}
@@ -514,7 +611,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 			continue
 		}
 		rep = history.Check(h)
-		if (rep.OK() && r.proc.alive()) || time.Now().After(deadline) {
+		if (settled(rep) && r.proc.alive()) || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -544,8 +641,13 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 			res.Writes++
 		}
 	}
-	if len(res.Faults)+res.Crashes < s.MinFaults && res.Err == nil {
-		res.Err = fmt.Errorf("only %d faults injected (%d failpoint crashes), want at least %d", len(res.Faults), res.Crashes, s.MinFaults)
+	if n := r.injected(); n+res.Crashes < s.MinFaults && res.Err == nil {
+		res.Err = fmt.Errorf("only %d faults injected (%d failpoint crashes), want at least %d", n, res.Crashes, s.MinFaults)
+	}
+	for _, f := range res.Faults {
+		if f.Kind == "error" && res.Err == nil {
+			res.Err = fmt.Errorf("a fault could not be injected (or healed) at %s: %s", f.At.Format("15:04:05.000"), f.Detail)
+		}
 	}
 	if !res.OK() && e.ArtifactDir != "" {
 		keepDir = true
@@ -557,6 +659,34 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.RelaydLogDir = dir
 	}
 	return res
+}
+
+// injected counts the faults injected so far (not the errors injecting
+// them).
+func (r *Run) injected() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, f := range r.faults {
+		if f.Kind != "error" {
+			n++
+		}
+	}
+	return n
+}
+
+// settled reports whether waiting cannot change rep's outcome: it passes,
+// or its only failures are of what already happened (an exit the run did
+// not ask for, an unexplained relist, a duplicate stored).
+func settled(rep history.Report) bool {
+	for _, f := range rep.Failures {
+		switch f.Check {
+		case "exit", "relist", "duplicate":
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // rewriteServer points the kubeconfig's cluster at host (a proxy).

@@ -1,0 +1,164 @@
+package testenv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relayd/relayd/internal/testenv"
+)
+
+// A three-server cluster: an R3 stream and an R3 bucket live on all three;
+// the stream leader stopped, a new one takes over and still drops a
+// duplicate Nats-Msg-Id; two of three stopped, writes fail (no quorum) and
+// nothing is stored; everything back, writes go on, and the restarted
+// servers are on their old ports with their old stores.
+func TestNATSCluster(t *testing.T) {
+	c, err := testenv.StartNATSCluster(3, testenv.NATSClusterOptions{Name: "tc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	if got := strings.Count(c.URLs(), ","); got != 2 {
+		t.Fatalf("URLs() = %q, want 3 comma-separated URLs", c.URLs())
+	}
+	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	cfg := jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3, Duplicates: 10 * time.Minute}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "B", Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"S", "KV_B"} {
+		if err := c.WaitStreamCurrent(s, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// publish retries until the deadline: a leader change takes seconds.
+	publish := func(id string, within time.Duration) (*jetstream.PubAck, error) {
+		deadline := time.Now().Add(within)
+		for {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			ack, err := js.Publish(pctx, "s.x", []byte(id), jetstream.WithMsgID(id))
+			cancel()
+			if err == nil || time.Now().After(deadline) {
+				return ack, err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for i := range 10 {
+		if _, err := publish(fmt.Sprint("m", i), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Put(ctx, "k", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The stream leader stops: another server leads, and the duplicate
+	// window survived the change.
+	old, err := c.WaitStreamLeader("S", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(old)
+	if c.Server(old) != nil {
+		t.Fatalf("server %d still there after Stop", old)
+	}
+	leader, err := c.WaitStreamLeader("S", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leader == old {
+		t.Fatalf("stopped server %d still leads", old)
+	}
+	ack, err := publish("m3", 30*time.Second)
+	if err != nil {
+		t.Fatalf("publish after the leader change: %v", err)
+	}
+	if !ack.Duplicate || ack.Sequence != 4 {
+		t.Errorf("m3 again after the leader change: %+v, want a duplicate of sequence 4", ack)
+	}
+	if _, err := publish("m10", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("2")); err != nil {
+		t.Fatalf("bucket write with 2 of 3 servers: %v", err)
+	}
+	if err := c.Start(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitStreamCurrent("S", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// Quorum lost: two of three stopped, writes are refused (they time
+	// out) and none is stored.
+	down := []int{(leader + 1) % 3, (leader + 2) % 3}
+	for _, i := range down {
+		c.Stop(i)
+	}
+	if got := c.Running(); len(got) != 1 || got[0] != leader {
+		t.Fatalf("running %v, want only %d", got, leader)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = js.Publish(pctx, "s.x", []byte("lost?"), jetstream.WithMsgID("m11"))
+	cancel()
+	if err == nil {
+		t.Fatal("a publish was acknowledged by 1 of 3 servers of an R3 stream")
+	}
+	t.Logf("publish without quorum: %v", err)
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Logf("(an error other than a timeout: %T)", err)
+	}
+	if err := c.StartAll(60 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publish("m11", 60*time.Second); err != nil {
+		t.Fatalf("publish after quorum regained: %v", err)
+	}
+	s, err := js.Stream(ctx, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 12 {
+		t.Errorf("stream holds %d messages, want 12 (m0..m11, each once)", info.State.Msgs)
+	}
+	if len(info.Cluster.Replicas) != 2 {
+		t.Errorf("stream has %d replicas besides its leader, want 2: %+v", len(info.Cluster.Replicas), info.Cluster)
+	}
+	e, err := kv.Get(ctx, "k")
+	if err != nil || string(e.Value()) != "2" {
+		t.Errorf("bucket k = %v (%v), want 2", e, err)
+	}
+	for i := range 3 {
+		if got := c.Server(i).Addr().String(); !strings.HasSuffix(c.URL(i), got) {
+			t.Errorf("server %d listens on %s, URL %s", i, got, c.URL(i))
+		}
+	}
+}
