@@ -379,6 +379,9 @@ func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
 // the byte bounds (defaults: 16 MiB per watch, 48 MiB per process) keep
 // relayd, under GOMEMLIMIT=192MiB, below 256 MiB of RSS (the deployment's
 // limit) throughout, and nothing is lost. The peak is in the test log.
+// Where the machine lets the test make a memory cgroup (cgroup v1 or v2,
+// writable), relayd also runs under a 256 MiB hard limit, as in a pod: an
+// OOM kill would fail its clean exit at the end.
 func TestMemoryIsBoundedByBytes(t *testing.T) {
 	n := testenv.NATST(t, testenv.NATSOptions{})
 	f := newFixture(t, env, n, `
@@ -391,6 +394,11 @@ func TestMemoryIsBoundedByBytes(t *testing.T) {
 	f.cfgYAML = strings.Replace(f.cfgYAML, "  maxInFlight: 64\n", "  maxInFlight: 256\n", 1)
 	s := serve(t, f.binary(), "GOMEMLIMIT=192MiB")
 	pid := s.p.cmd.Process.Pid
+	if where, err := memoryCgroup(t, pid, 256<<20); err != nil {
+		t.Logf("relayd runs without a memory cgroup (%v): GOMEMLIMIT and the RSS assertion only", err)
+	} else {
+		t.Logf("relayd runs in memory cgroup %s, limit 256 MiB", where)
+	}
 	f.eventually(60*time.Second, "relayd ready", s.ready)
 	mem := sampleRSS(t, pid, 50*time.Millisecond)
 	src := map[string]string{"source": "cms"}
@@ -451,4 +459,38 @@ func TestMemoryIsBoundedByBytes(t *testing.T) {
 	}
 	f.assertOnceInOrder(ref)
 	s.p.stop()
+}
+
+// memoryCgroup puts pid into a new memory cgroup limited to limit bytes,
+// removed at the end of the test, and returns its path; an error when the
+// machine does not allow it (no writable cgroup hierarchy).
+func memoryCgroup(t *testing.T, pid int, limit int64) (string, error) {
+	name := fmt.Sprintf("relayd-test-%d", pid)
+	for _, c := range []struct{ dir, limitFile string }{
+		{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"}, // v1
+		{"/sys/fs/cgroup", "memory.max"},                   // v2
+	} {
+		dir := filepath.Join(c.dir, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, c.limitFile)); err != nil {
+			os.Remove(dir) // not a cgroup with a memory controller
+			continue
+		}
+		t.Cleanup(func() {
+			// The process is gone by then (or moved out with it).
+			for i := 0; i < 50 && os.Remove(dir) != nil; i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+		if err := os.WriteFile(filepath.Join(dir, c.limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+			return "", fmt.Errorf("%s: %w", c.limitFile, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return "", fmt.Errorf("cgroup.procs: %w", err)
+		}
+		return dir, nil
+	}
+	return "", fmt.Errorf("no writable memory cgroup hierarchy under /sys/fs/cgroup")
 }
