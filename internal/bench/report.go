@@ -71,7 +71,7 @@ func (r *Report) WriteJSON(path string) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
-// Goal is one goal of issue 8 and what was measured.
+// Goal is one performance goal of docs/PERFORMANCE.md and what was measured.
 type Goal struct {
 	What, Goal, Measured string
 	Met                  bool

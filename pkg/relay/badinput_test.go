@@ -1,6 +1,6 @@
 package relay_test
 
-// Bad input against the real servers (issue 7): names at the length limits
+// Bad input against the real servers: names at the length limits
 // and with unusual characters, a CRD deleted while watched, a namespace
 // deleted while watched, RBAC revoked mid-run. The rule: a clear error that
 // names the problem and where it is, never a panic, a crash loop or a

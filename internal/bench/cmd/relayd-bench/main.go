@@ -1,5 +1,5 @@
 // Command relayd-bench measures relayd next to bare client-go consumers of
-// the same watch (issue 8, docs/PERFORMANCE.md). `make bench` runs it.
+// the same watch (docs/PERFORMANCE.md). `make bench` runs it.
 //
 //	relayd-bench run [flags]     the benchmark (see -h)
 //	relayd-bench consume ...     a consumer process (started by run)
