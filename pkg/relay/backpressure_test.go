@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/relay"
 )
 
@@ -294,6 +295,7 @@ func (f *fixture) assertOnceInOrder(ref *reference) int {
 // stop where the window filled, although 100 objects exist), the process's
 // RSS bounded; once NATS is back every change is stored once, in order.
 func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
+	alongside(t)
 	n := testenv.NATST(t, testenv.NATSOptions{})
 	f := newFixture(t, env, n, `
   - name: cms
@@ -301,11 +303,23 @@ func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
     kind: ConfigMap
     namespaces: [$NS]`)
 	f.cfgYAML = strings.Replace(f.cfgYAML, "  maxInFlight: 64\n", "  maxInFlight: 8\n", 1)
+	// A publish that times out pauses the watch while it is retried, so
+	// the window fills only with the changes read before the first
+	// timeout: 10 s lets the first 8 creates arrive on a loaded machine.
+	f.cfgYAML = strings.Replace(f.cfgYAML, "  publishTimeout: 2s\n", "  publishTimeout: 10s\n", 1)
 	ref := f.reference("")
 	s := serve(t, f.binary())
 	f.eventually(60*time.Second, "relayd ready", s.ready)
 	first := f.createCM("first", nil, nil)
 	f.waitStored(30*time.Second, isEvent("added", "first", first.ResourceVersion))
+	// An entry holds its window slot until its object index write is
+	// acked too: NATS stops only after first's, or that write would hold
+	// one of the 8 slots through the outage.
+	kv := f.indexBucket()
+	f.eventually(30*time.Second, "first's object index entry", func() error {
+		_, err := kv.Get(t.Context(), index.Key(index.Prefix("cms", f.ns), string(first.UID)))
+		return err
+	})
 	rssBefore, _ := procStatusKiB(s.p.cmd.Process.Pid, "VmRSS")
 	mem := sampleRSS(t, s.p.cmd.Process.Pid, 100*time.Millisecond)
 	src := map[string]string{"source": "cms"}
@@ -336,7 +350,7 @@ func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
 	// "first" plus the 8 objects in flight plus at most the one waiting
 	// for a slot — not the 101 objects that exist. The watch's unread
 	// frames stay in the apiserver's send buffer and the TCP window.
-	time.Sleep(2 * time.Second) // several publish timeouts' worth of retries would have let it run on if it could
+	time.Sleep(2 * time.Second) // a watch that read ahead would have run on meanwhile
 	tracked, err := s.metric("relayd_tracked_objects", src)
 	if err != nil {
 		t.Fatal(err)
@@ -383,6 +397,7 @@ func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
 // writable), relayd also runs under a 256 MiB hard limit, as in a pod: an
 // OOM kill would fail its clean exit at the end.
 func TestMemoryIsBoundedByBytes(t *testing.T) {
+	alongside(t)
 	n := testenv.NATST(t, testenv.NATSOptions{})
 	f := newFixture(t, env, n, `
   - name: cms

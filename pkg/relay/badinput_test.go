@@ -527,6 +527,7 @@ func TestNamespaceDeletedWhileWatched(t *testing.T) {
 // the checkpoint never moves back; once the binding is back, the source
 // resumes from its position and every change made meanwhile is delivered.
 func TestRBACRevokedMidRun(t *testing.T) {
+	alongside(t)
 	f := newFixture(t, env, natsSrv, `
   - name: cms
     apiVersion: v1

@@ -245,6 +245,7 @@ func forbiddenSourceIsReported(t *testing.T, e *testenv.Env) {
 }
 
 func TestPaginatedListFallbackWhenStreamingListIsRefused(t *testing.T) {
+	alongside(t)
 	forEachVersionStarted(t, testenv.Options{ExtraAPIServerArgs: []string{"--feature-gates=WatchList=false"}, AuditLog: true},
 		paginatedListFallback)
 }

@@ -321,6 +321,7 @@ func sumMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[s
 // leader's duplicate window. Every change is stored exactly once, in
 // per-object order, and the bucket ends up matching the cluster.
 func TestJetStreamClusterLeaderStoppedUnderLoad(t *testing.T) {
+	alongside(t)
 	c := startCluster(t)
 	f := newClusterFixture(t, c)
 	ref := f.reference("")
@@ -428,6 +429,7 @@ func TestJetStreamClusterLeaderStoppedUnderLoad(t *testing.T) {
 // change written during the outage. Both servers back: every change
 // arrives once, in order, the bucket matches, and relayd is ready.
 func TestJetStreamClusterQuorumLossStallsAndLosesNothing(t *testing.T) {
+	alongside(t)
 	c := startCluster(t)
 	f := newClusterFixture(t, c)
 	ref := f.reference("")

@@ -183,6 +183,7 @@ const gapSources = `
 // (binary: the index comes back from the KV bucket), and killed with -9
 // again in the middle of the resync.
 func TestGapRecovery(t *testing.T) {
+	alongside(t)
 	forEachVersionStarted(t, testenv.Options{DisableWatchCache: true, AuditLog: true}, func(t *testing.T, noCache *testenv.Env) {
 		for _, mode := range []string{"graceful", "kill-9", "kill-9-during-resync"} {
 			t.Run(mode, func(t *testing.T) { gapScenario(t, noCache, mode) })

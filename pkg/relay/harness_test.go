@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"text/template"
 	"time"
@@ -43,6 +44,16 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{AuditLog: true}, &env, &natsSrv))
 }
 
+// alongside marks a long test that starts its own servers or keeps to its
+// own namespace, stream and RBAC, and stops nothing another test uses: such
+// tests run together, after the others (t.Parallel), which keeps the
+// package's wall time down on 2 cores. Tests that assert an upper bound on
+// a delay (sharding's Lease timing) stay out.
+func alongside(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
 // cfgTemplate is a config with test-specific names filled in; sources are
 // appended as YAML by each test.
 const cfgTemplate = `
@@ -68,7 +79,9 @@ sources:
 {{.Sources}}
 `
 
-var fixtureSeq int
+// fixtureSeq numbers fixtures; tests marked parallel (parallel_test.go)
+// make them concurrently.
+var fixtureSeq atomic.Int64
 
 // rvNum parses a resourceVersion as a number. Only tests may do this: they
 // know the store is etcd. relayd itself treats resourceVersions as opaque.
@@ -132,8 +145,7 @@ func newFixture(t *testing.T, e *testenv.Env, n *testenv.NATS, sources string, a
 	if len(name) > 40 {
 		name = name[:40]
 	}
-	fixtureSeq++
-	name = fmt.Sprintf("%s-%d", strings.Trim(name, "-"), fixtureSeq) // unique under -count=N
+	name = fmt.Sprintf("%s-%d", strings.Trim(name, "-"), fixtureSeq.Add(1)) // unique under -count=N
 	f := &fixture{t: t, env: e, nats: n, ns: name, cluster: "c" + fmt.Sprint(time.Now().UnixNano()%1e6), stream: "S" + fmt.Sprint(time.Now().UnixNano()%1e9)}
 	cs, err := kubernetes.NewForConfig(e.AdminConfig())
 	if err != nil {

@@ -191,6 +191,7 @@ sharding:
 		}
 		return nil
 	})
+	f.waitInitialLists(procs, shards)
 
 	// Writer: creates, updates and deletes objects of every source.
 	stopWriter := make(chan struct{})

@@ -163,6 +163,7 @@ func Run(ctx context.Context, o Options) error {
 		JetStream: r.js, Logger: r.log.Named("sink"), Metrics: m, MaxInFlight: r.cfg.NATS.MaxInFlight,
 		MaxInFlightBytes:     int64(r.cfg.NATS.MaxInFlightBytesPerWatch),
 		ProcessInFlightBytes: int64(r.cfg.NATS.MaxInFlightBytes),
+		Connected:            r.nc.IsConnected,
 	})
 	if err != nil {
 		return err

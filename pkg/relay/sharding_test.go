@@ -2,7 +2,9 @@ package relay_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -79,6 +81,7 @@ sharding:
 		return nil
 	})
 	t.Logf("spread: %v", holders())
+	f.waitInitialLists(procs, shards)
 
 	// Writer: creates and updates objects of every shard.
 	stopWriter := make(chan struct{})
@@ -244,4 +247,21 @@ func holders(t *testing.T, f *fixture, names ...string) map[string]string {
 		}
 	}
 	return out
+}
+
+// waitInitialLists waits until each source s0..s<n-1> has made its initial
+// list in one of procs. A writer starts after it: a change made before its
+// source's initial list arrives from the list, not the watch, and the
+// sharding tests count watch events.
+func (f *fixture) waitInitialLists(procs map[string]*relaydProc, n int) {
+	f.t.Helper()
+	f.eventually(60*time.Second, "every source's initial list", func() error {
+		for i := range n {
+			done := fmt.Sprintf(`"msg":"list completed","source":"s%d"`, i)
+			if !slices.ContainsFunc(slices.Collect(maps.Values(procs)), func(p *relaydProc) bool { return strings.Contains(p.log(), done) }) {
+				return fmt.Errorf("s%d has not listed", i)
+			}
+		}
+		return nil
+	})
 }

@@ -57,6 +57,16 @@ func TestDeadReplicaTakenOver(t *testing.T) {
 		reps = append(reps, startReplica(t, ns, id, sources, fast, rec))
 	}
 	waitFor(t, 20*time.Second, "2/2/2", func() bool { return shares(reps, sources, 2, 2, 2) })
+	// A Lease is held a moment before its source's Run starts: cut only
+	// once every Run has, or the victim's would start after the cut.
+	waitFor(t, 20*time.Second, "every source running", func() bool {
+		for _, src := range sources {
+			if len(rec.intervals(src)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	victim, rest := reps[1], []*replica{reps[0], reps[2]}
 	lost := victim.sh.Leading()

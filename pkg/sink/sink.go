@@ -71,6 +71,12 @@ type Options struct {
 	ProcessInFlightBytes int64
 	// RetryBackoff paces retries of a failed publish; default 100ms doubling to 10s, jittered.
 	RetryBackoff wait.Backoff
+	// Connected reports whether the NATS connection is up (nats.Conn's
+	// IsConnected); nil means always. While it is down a failed publish
+	// is not retried: the client's reconnect buffer already holds the
+	// message once and sends it when NATS returns, and every retry would
+	// add another copy to that buffer (memory that grows with the outage).
+	Connected func() bool
 }
 
 // Sink creates pipelines that share one JetStream context and publish
@@ -517,6 +523,9 @@ func (p *Pipeline) indexAcked(ack *jetstream.PubAck) {
 	p.mu.Unlock()
 }
 
+// reconnectPoll is how often a retry waiting for NATS to reconnect looks.
+const reconnectPoll = 100 * time.Millisecond
+
 // await waits for the PubAck of m (*f is its future, nil if the last publish
 // failed synchronously), republishing it (same Msg-Id) with backoff until one
 // arrives, and calls onAck with it. It returns false only when the pipeline
@@ -552,6 +561,13 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.Pub
 		case <-time.After(backoff.Step()):
 		case <-ctx.Done():
 			return false
+		}
+		for p.s.o.Connected != nil && !p.s.o.Connected() {
+			select {
+			case <-time.After(reconnectPoll):
+			case <-ctx.Done():
+				return false
+			}
 		}
 		nf, perr := p.publish(m)
 		if perr != nil {

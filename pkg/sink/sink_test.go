@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,5 +349,40 @@ func TestIndexWriteFollowsEventAck(t *testing.T) {
 	}
 	if err := p.Drain(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// While NATS is disconnected a failed publish is not retried (each retry
+// would add a copy to the client's reconnect buffer); once it is back, the
+// message is republished with its Msg-Id.
+func TestNoRetryWhileDisconnected(t *testing.T) {
+	fake := newFake()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var connected atomic.Bool
+	s, err := New(Options{JetStream: fake, Logger: zap.NewNop(), Metrics: m, MaxInFlight: 8,
+		RetryBackoff: wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1 << 30},
+		Connected:    connected.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.NewPipeline("src", func(Advance) {})
+	t.Cleanup(p.Close)
+	if err := p.Submit(t.Context(), entry("a1", "A", "1")); err != nil {
+		t.Fatal(err)
+	}
+	fail(fake.next(t), nats.ErrTimeout)
+	time.Sleep(5 * reconnectPoll) // hundreds of 1ms backoff steps
+	fake.none(t)
+	connected.Store(true)
+	retry := fake.next(t)
+	if got := retry.msg.Header.Get(jetstream.MsgIDHeader); got != "a1" {
+		t.Fatalf("retried %s, want a1", got)
+	}
+	ack(retry)
+	if got := fake.order(); len(got) != 2 {
+		t.Fatalf("publishes %v, want a1 once before and once after the reconnect", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,11 +111,26 @@ func TestChaos(t *testing.T) {
 	if art == "" {
 		art = filepath.Join(os.TempDir(), fmt.Sprintf("relayd-chaos-%d", time.Now().Unix()))
 	}
-	env := &scenario.Env{K8s: k8s, NATS: nats, RelaydBin: bin, ArtifactDir: art, Logf: t.Logf}
+	// Two lanes run side by side, each one scenario at a time: the shared
+	// servers of TestMain, and a second set for the scenarios that restart
+	// their servers (RestartsServers) — with the JetStream cluster ones,
+	// which bring their own NATS, to even the lanes out. Most of a run is
+	// waiting (the writer's pace, faults, drains), so two at once halve
+	// the suite's time on 2 cores without starving either.
+	shared := &scenario.Env{K8s: k8s, NATS: nats, RelaydBin: bin, ArtifactDir: art}
+	var own *scenario.Env
 	for _, s := range selected {
-		if s.NoWatchCache {
-			env.K8sNoWC = testenv.StartT(t, testenv.Options{DisableWatchCache: true})
-			break
+		if ownLane(s) && own == nil {
+			own = &scenario.Env{K8s: testenv.StartT(t, testenv.Options{}), NATS: testenv.NATST(t, testenv.NATSOptions{}), RelaydBin: bin, ArtifactDir: art}
+		}
+	}
+	for _, s := range selected {
+		e := shared
+		if ownLane(s) {
+			e = own
+		}
+		if s.NoWatchCache && e.K8sNoWC == nil {
+			e.K8sNoWC = testenv.StartT(t, testenv.Options{DisableWatchCache: true})
 		}
 	}
 	s0 := *seed
@@ -123,52 +139,72 @@ func TestChaos(t *testing.T) {
 	}
 	short := scenario.Params{Writes: 250, WriteFor: 8 * time.Second, Pace: 30 * time.Millisecond, Objects: 12, DrainTimeout: 60 * time.Second}
 	long := scenario.Params{Writes: 2000, WriteFor: 30 * time.Second, Pace: 20 * time.Millisecond, Objects: 40, DrainTimeout: 120 * time.Second}
-	var results []scenario.Result
+	var (
+		mu      sync.Mutex
+		results []scenario.Result
+	)
 	start := time.Now()
-	last := map[string]time.Duration{} // each scenario's last duration
-	// Every scenario runs once; with a budget, more rounds follow while a
-	// scenario's last duration still fits into what is left.
-	for round := 0; round == 0 || *budget > 0; round++ {
-		ran := false
-		for i, s := range selected {
-			if round > 0 && time.Since(start)+last[s.Name] > *budget {
-				continue
+	// lane runs its scenarios in order: every scenario once; with a
+	// budget, more rounds follow while a scenario's last duration still
+	// fits into what is left.
+	lane := func(t *testing.T, env *scenario.Env, mine func(scenario.Scenario) bool) {
+		last := map[string]time.Duration{} // each scenario's last duration
+		for round := 0; round == 0 || *budget > 0; round++ {
+			ran := false
+			for i, s := range selected {
+				if !mine(s) || round > 0 && time.Since(start)+last[s.Name] > *budget {
+					continue
+				}
+				ran = true
+				p := short
+				if *budget > 0 {
+					p = long
+				}
+				p.Seed = s0 + uint64(round*len(selected)+i)
+				name := s.Name
+				if *budget > 0 {
+					name = fmt.Sprintf("%s/seed-%d", s.Name, p.Seed)
+				}
+				t.Run(name, func(t *testing.T) {
+					env.Logf = t.Logf
+					res := scenario.Execute(t.Context(), env, s, p)
+					mu.Lock()
+					results = append(results, res)
+					mu.Unlock()
+					last[s.Name] = res.Duration
+					t.Logf("%s seed %d: %d acknowledged writes, %d faults %v, %d relayd restarts (%d failpoint crashes), %s in %v",
+						s.Name, p.Seed, res.Writes, len(res.Faults), faultKinds(res), res.Restarts, res.Crashes, res.Report.Summary(), res.Duration.Round(time.Second))
+					if res.Report.ReferenceChanges == 0 {
+						t.Errorf("no reference changes: the writer wrote nothing")
+					}
+					if res.Err != nil {
+						t.Errorf("run: %v", res.Err)
+					}
+					if !res.Report.OK() {
+						t.Errorf("history check failed")
+					}
+					if !res.OK() {
+						t.Errorf("history: %s\nrelayd logs: %s\nre-check: go run ./internal/chaos/cmd/recheck -all %s", res.HistoryFile, res.RelaydLogDir, res.HistoryFile)
+					}
+				})
 			}
-			ran = true
-			p := short
-			if *budget > 0 {
-				p = long
+			if !ran {
+				break
 			}
-			p.Seed = s0 + uint64(round*len(selected)+i)
-			name := s.Name
-			if *budget > 0 {
-				name = fmt.Sprintf("%s/seed-%d", s.Name, p.Seed)
-			}
-			t.Run(name, func(t *testing.T) {
-				env.Logf = t.Logf
-				res := scenario.Execute(t.Context(), env, s, p)
-				results = append(results, res)
-				last[s.Name] = res.Duration
-				t.Logf("%s seed %d: %d acknowledged writes, %d faults %v, %d relayd restarts (%d failpoint crashes), %s in %v",
-					s.Name, p.Seed, res.Writes, len(res.Faults), faultKinds(res), res.Restarts, res.Crashes, res.Report.Summary(), res.Duration.Round(time.Second))
-				if res.Report.ReferenceChanges == 0 {
-					t.Errorf("no reference changes: the writer wrote nothing")
-				}
-				if res.Err != nil {
-					t.Errorf("run: %v", res.Err)
-				}
-				if !res.Report.OK() {
-					t.Errorf("history check failed")
-				}
-				if !res.OK() {
-					t.Errorf("history: %s\nrelayd logs: %s\nre-check: go run ./internal/chaos/cmd/recheck -all %s", res.HistoryFile, res.RelaydLogDir, res.HistoryFile)
-				}
-			})
-		}
-		if !ran {
-			break
 		}
 	}
+	t.Run("lanes", func(t *testing.T) {
+		t.Run("shared", func(t *testing.T) {
+			t.Parallel()
+			lane(t, shared, func(s scenario.Scenario) bool { return !ownLane(s) })
+		})
+		if own != nil {
+			t.Run("own", func(t *testing.T) {
+				t.Parallel()
+				lane(t, own, ownLane)
+			})
+		}
+	})
 	t.Logf("%d runs in %v", len(results), time.Since(start).Round(time.Second))
 	md := Table(results)
 	t.Logf("results:\n%s", md)
@@ -177,6 +213,12 @@ func TestChaos(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// ownLane reports whether s runs in the lane of servers of its own: it
+// restarts them, or it brings its own NATS (JetStream cluster).
+func ownLane(s scenario.Scenario) bool {
+	return s.RestartsServers || s.NATSCluster > 0
 }
 
 func faultKinds(r scenario.Result) map[string]int {

@@ -173,10 +173,17 @@ func TestHAOverlayRunsShardedAndEveryLeaseRuleIsNeeded(t *testing.T) {
 					}
 					return fmt.Errorf("no error log names %s", p)
 				})
-				code, body, err := r.probe("/readyz")
-				if err != nil || code != 503 || !strings.Contains(body, "sharding not started") {
-					t.Errorf("/readyz = %d %q (%v), want 503 naming sharding", code, body, err)
-				}
+				// Readiness names the first thing missing: the checkpoints
+				// may still be loading when the Lease is refused.
+				var code int
+				var body string
+				eventually(t, r, 30*time.Second, "/readyz naming sharding", func() error {
+					var err error
+					if code, body, err = r.probe("/readyz"); err != nil || code != 503 || !strings.Contains(body, "sharding not started") {
+						return fmt.Errorf("/readyz = %d %q (%v), want 503 naming sharding", code, body, err)
+					}
+					return nil
+				})
 				t.Logf("/readyz: %d %s", code, body)
 				if err := r.stop(t, in.grace); err != nil {
 					t.Errorf("stop: %v", err)

@@ -299,7 +299,17 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 			}
 		}
 		if shared {
-			if err := sharedStream(ctx, js, b); err != nil {
+			// Right after the delete, under load, the server may still be
+			// removing the old stream's files: "error creating store for
+			// stream" (10049). It goes away; retry for a while.
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				var apiErr *jetstream.APIError
+				if err = sharedStream(ctx, js, b); err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != 10049 || time.Now().After(deadline) {
+					break
+				}
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 		}

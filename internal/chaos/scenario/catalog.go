@@ -11,8 +11,9 @@ func quiet(ctx context.Context, r *Run) bool {
 	return Sleep(ctx, r.Between(500*time.Millisecond, 2*time.Second))
 }
 
-// Catalog is every scenario, by name.
-var Catalog = []Scenario{
+// Catalog is every scenario: the ones below, then the JetStream cluster
+// ones (cluster.go).
+var Catalog = append([]Scenario{
 	{
 		Name: "kill9-random", MinFaults: 3,
 		Faults: func(ctx context.Context, r *Run) {
@@ -40,7 +41,7 @@ var Catalog = []Scenario{
 	{
 		// A restart takes ~17s here (graceful stop of kube-apiserver, then
 		// start); with the watch cache on, relayd's resume gets 410.
-		Name: "apiserver-restart", MinFaults: 2, MinWriteFor: 25 * time.Second,
+		Name: "apiserver-restart", RestartsServers: true, MinFaults: 2, MinWriteFor: 25 * time.Second,
 		Faults: func(ctx context.Context, r *Run) {
 			for quiet(ctx, r) {
 				if r.RestartAPIServer(ctx, false) != nil {
@@ -55,7 +56,7 @@ var Catalog = []Scenario{
 		// on the same port. Its new watch cache starts at the current
 		// revision, so relayd's resume may get 410 (expired) and relist —
 		// legitimately, which the checker's relist rule allows.
-		Name: "apiserver-kill9", MinFaults: 2, MinWriteFor: 25 * time.Second,
+		Name: "apiserver-kill9", RestartsServers: true, MinFaults: 2, MinWriteFor: 25 * time.Second,
 		Faults: func(ctx context.Context, r *Run) {
 			for quiet(ctx, r) {
 				if r.RestartAPIServer(ctx, true) != nil {
@@ -71,7 +72,7 @@ var Catalog = []Scenario{
 		// re-initialises; a relist relayd makes then is expired (410).
 		// The reference watch of etcd is made again from the revision
 		// after its last event.
-		Name: "etcd-restart", MinFaults: 2, MinWriteFor: 15 * time.Second,
+		Name: "etcd-restart", RestartsServers: true, MinFaults: 2, MinWriteFor: 15 * time.Second,
 		Faults: func(ctx context.Context, r *Run) {
 			for quiet(ctx, r) {
 				if r.RestartEtcd(ctx, r.Between(500*time.Millisecond, 2*time.Second)) != nil {
@@ -100,7 +101,7 @@ var Catalog = []Scenario{
 		},
 	},
 	{
-		Name: "nats-restart", MinFaults: 2,
+		Name: "nats-restart", RestartsServers: true, MinFaults: 2,
 		Faults: func(ctx context.Context, r *Run) {
 			for quiet(ctx, r) {
 				r.StopNATS()
@@ -132,7 +133,7 @@ var Catalog = []Scenario{
 	{Name: "proxy-apiserver", ProxyAPI: true, MinFaults: 3, MinWriteFor: 12 * time.Second, Faults: proxyFaults(func(r *Run) proxyTarget { return r.APIProxy })},
 	{Name: "proxy-nats", ProxyNATS: true, MinFaults: 3, MinWriteFor: 12 * time.Second, Faults: proxyFaults(func(r *Run) proxyTarget { return r.NATSProxy })},
 	{
-		Name: "mixed", ProxyAPI: true, ProxyNATS: true, MinFaults: 3, MinWriteFor: 12 * time.Second,
+		Name: "mixed", RestartsServers: true, ProxyAPI: true, ProxyNATS: true, MinFaults: 3, MinWriteFor: 12 * time.Second,
 		Failpoints: "sink-after-ack=kill,p=0.005;checkpoint-after-write=kill,p=0.01",
 		Faults: func(ctx context.Context, r *Run) {
 			api, nt := proxyFaults(func(r *Run) proxyTarget { return r.APIProxy }), proxyFaults(func(r *Run) proxyTarget { return r.NATSProxy })
@@ -158,7 +159,7 @@ var Catalog = []Scenario{
 			}
 		},
 	},
-}
+}, clusterScenarios...)
 
 // proxyTarget is the part of faultproxy.Proxy the drivers use.
 type proxyTarget interface {

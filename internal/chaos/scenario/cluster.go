@@ -67,8 +67,6 @@ var clusterScenarios = []Scenario{
 	},
 }
 
-func init() { Catalog = append(Catalog, clusterScenarios...) }
-
 // startNATSCluster starts the scenario's JetStream cluster (nil if it has
 // none).
 func startNATSCluster(s Scenario) (*testenv.NATSCluster, error) {

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -74,6 +75,10 @@ type Scenario struct {
 	// Tamper, if set, damages the stream after relayd stopped and before
 	// the final check: a run of the checker against a known-bad stream.
 	Tamper func(ctx context.Context, js jetstream.JetStream, stream string) error
+	// RestartsServers: the scenario restarts the kube-apiserver, etcd or
+	// NATS server it runs on, so no other scenario may use them meanwhile
+	// (test/chaos runs it on a second set of servers, one at a time).
+	RestartsServers bool
 	// LongOnly keeps the scenario out of the short suite (`make test`);
 	// the reason says why.
 	LongOnly string
@@ -342,7 +347,7 @@ sources:
     namespaces: [{{.NS}}]
 `
 
-var runSeq int
+var runSeq atomic.Int64 // scenarios run concurrently (test/chaos lanes)
 
 // Execute runs scenario s with params p.
 func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
@@ -357,8 +362,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.Err = errors.New("scenario needs the apiserver without watch cache; none given")
 		return res
 	}
-	runSeq++
-	tag := fmt.Sprintf("%s-%d-%d", strings.ToLower(s.Name), runSeq, time.Now().UnixNano()%1e6)
+	tag := fmt.Sprintf("%s-%d-%d", strings.ToLower(s.Name), runSeq.Add(1), time.Now().UnixNano()%1e6)
 	ns, cpNS, cluster, stream := "chaos-"+tag, "chaos-cp-"+tag, "c"+strings.ReplaceAll(tag, "-", ""), "CHAOS"+strings.ReplaceAll(strings.ToUpper(tag), "-", "")
 	if len(ns) > 60 {
 		ns, cpNS = ns[:60], cpNS[:60]
