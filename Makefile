@@ -85,20 +85,8 @@ lint: vet ## gofmt check, go vet, staticcheck.
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 .PHONY: test
-test: ## Build test servers if needed, lint, and run all tests with -race against real servers.
-	@$(MAKE) --no-print-directory -j6 test-prereqs
+test: testenv-bins kustomize-bin prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.
 	$(GO) test -race -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
-
-# What `make test` needs before its tests run, made at once: the test
-# servers' builds, relayd's and the lint's compiles share nothing, and each
-# leaves a core idle at times (module downloads, links, apt), which the
-# others fill. On a cold machine this is most of the run.
-.PHONY: test-prereqs
-test-prereqs: testenv-bins kustomize-bin prometheus-bin build lint test-compile
-
-.PHONY: test-compile
-test-compile: ## Compile every package and its tests with -race, without linking or running them.
-	$(GO) list -race -test -deps -export -f '' ./...
 
 # `make chaos` (docs/RELIABILITY.md): the fault-injection matrix of
 # test/chaos — kill -9 at random and at failpoints, SIGSTOP, apiserver

@@ -38,37 +38,22 @@ build_apiserver() {
   mv "$3/kube-apiserver.tmp" "$3/kube-apiserver"
 }
 
-# Two builds at once: etcd then kube-apiserver K8S_VERSION (one module, so
-# they share compiled dependencies), and kube-apiserver K8S_PREV_VERSION
-# (its own module and versions). Go's builds leave a core idle at times
-# (module downloads, links), which the other build fills.
-build_current() {
-  if ! have_etcd "$dir"; then
-    echo "testenv-bins: building etcd $ETCD_VERSION into $dir" >&2
-    (cd "$root/tools" && go build -trimpath -o "$dir/etcd.tmp" go.etcd.io/etcd/server/v3)
-    mv "$dir/etcd.tmp" "$dir/etcd"
-  fi
-  have_apiserver "$dir" "$K8S_VERSION" || build_apiserver "$root/tools" "$K8S_VERSION" "$dir"
-}
-build_prev() {
-  have_apiserver "$prev_dir" "$K8S_PREV_VERSION" || build_apiserver "$root/tools/k8s-v1.35" "$K8S_PREV_VERSION" "$prev_dir"
-}
+if ! have_etcd "$dir"; then
+  echo "testenv-bins: building etcd $ETCD_VERSION into $dir" >&2
+  (cd "$root/tools" && go build -trimpath -o "$dir/etcd.tmp" go.etcd.io/etcd/server/v3)
+  mv "$dir/etcd.tmp" "$dir/etcd"
+fi
+have_apiserver "$dir" "$K8S_VERSION" || build_apiserver "$root/tools" "$K8S_VERSION" "$dir"
 if [ "${1:-}" = --current-only ]; then
-  build_current
   have_apiserver "$dir" "$K8S_VERSION" || { echo "testenv-bins: $dir/kube-apiserver does not report $K8S_VERSION" >&2; exit 1; }
   echo "$dir"
   exit 0
 fi
-build_current & current=$!
-build_prev & prev=$!
-failed=0
-wait "$current" || failed=1
-wait "$prev" || failed=1
-[ "$failed" = 0 ] || { echo "testenv-bins: a build failed (its output is above)" >&2; exit 1; }
 if ! have_etcd "$prev_dir"; then
   cp "$dir/etcd" "$prev_dir/etcd.tmp"
   mv "$prev_dir/etcd.tmp" "$prev_dir/etcd"
 fi
+have_apiserver "$prev_dir" "$K8S_PREV_VERSION" || build_apiserver "$root/tools/k8s-v1.35" "$K8S_PREV_VERSION" "$prev_dir"
 
 for d in "$dir:$K8S_VERSION" "$prev_dir:$K8S_PREV_VERSION"; do
   have_etcd "${d%:*}" || { echo "testenv-bins: ${d%:*}/etcd does not report $ETCD_VERSION" >&2; exit 1; }

@@ -41,6 +41,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 // Versions of the test servers; hack/testenv-bins.sh builds exactly these.
@@ -165,23 +167,13 @@ func VersionsT(tb testing.TB) []string {
 	return Versions()
 }
 
-// repoRoot walks up from the working directory to relayd's go.mod.
+// repoRoot is the repository root, for the default binaries folder.
 func repoRoot() (string, error) {
-	dir, err := os.Getwd()
+	dir, err := testutil.RepoRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("testenv: %w; set RELAYD_TESTENV_BIN", err)
 	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module github.com/relayd/relayd\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("testenv: cannot find relayd's go.mod above the working directory; set RELAYD_TESTENV_BIN")
-		}
-		dir = parent
-	}
+	return dir, nil
 }
 
 // checked caches checkBinaries' successes by folder and version, so that

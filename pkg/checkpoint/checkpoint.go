@@ -197,7 +197,7 @@ func New(o Options) (*Store, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.log = o.Logger.Named("checkpoint").With(zap.String("configMap", s.object()))
+	s.log = o.Logger.With(zap.String("configMap", s.object())) // the caller names it
 	return s, nil
 }
 

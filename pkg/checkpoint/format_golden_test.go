@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 // The checkpoint ConfigMap's keys and values are a contract between relayd
@@ -80,19 +82,7 @@ func goldenKeys() []byte {
 
 func checkGolden(t *testing.T, name string, written []byte) {
 	t.Helper()
-	path := filepath.Join(goldenDir, name)
-	if *update {
-		if err := os.WriteFile(path, written, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	golden, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (create it with -update)", err)
-	}
-	if !bytes.Equal(written, golden) {
-		t.Errorf("the current code no longer writes %s (the checkpoint format changed; if intended, freeze the old form, run with -update and describe it in docs/DEPLOY.md):\n got: %q\nwant: %q", path, written, golden)
-	}
+	testutil.Golden(t, filepath.Join(goldenDir, name), written, *update, "the checkpoint format")
 }
 
 func readGolden(t *testing.T, name string) string {

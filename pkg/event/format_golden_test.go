@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayd/relayd/internal/testutil"
 	"github.com/relayd/relayd/pkg/event"
 )
 
@@ -196,20 +196,8 @@ func TestEventGoldenFiles(t *testing.T) {
 				msg = enc.Control(g.sync)
 			}
 			written := renderMessage(msg)
-			if *update {
-				if err := os.WriteFile(path, written, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			golden, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (create it with -update)", err)
-			}
-
 			// The current code writes the golden bytes.
-			if !bytes.Equal(written, golden) {
-				t.Errorf("the encoder no longer writes %s (the event format changed; if intended, run with -update and describe it in docs/DEPLOY.md):\n got: %q\nwant: %q", path, written, golden)
-			}
+			golden := testutil.Golden(t, path, written, *update, "the event format")
 
 			// The current code reads them.
 			subject, header, body, err := parseMessage(golden)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 // The index bucket's keys and values are a contract between relayd
@@ -82,19 +84,7 @@ func goldenKeys() []byte {
 // it with -update when it is one this version writes.
 func checkGolden(t *testing.T, name string, written []byte) {
 	t.Helper()
-	path := filepath.Join(goldenDir, name)
-	if *update {
-		if err := os.WriteFile(path, written, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	golden, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (create it with -update)", err)
-	}
-	if !bytes.Equal(written, golden) {
-		t.Errorf("the current code no longer writes %s (the index format changed; if intended, freeze the old form, run with -update and describe it in docs/DEPLOY.md):\n got: %q\nwant: %q", path, written, golden)
-	}
+	testutil.Golden(t, filepath.Join(goldenDir, name), written, *update, "the index format")
 }
 
 func readGolden(t *testing.T, name string) []byte {

@@ -21,6 +21,7 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 var env *testenv.Env
@@ -309,12 +310,12 @@ func (r *replica) stop(t *testing.T) time.Duration {
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	t0 := time.Now()
-	for !cond() {
-		if time.Since(t0) > timeout {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	testutil.Eventually(t, timeout, what, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	return time.Since(t0)
 }
 

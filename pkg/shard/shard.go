@@ -231,7 +231,7 @@ func New(o Options) (*Sharder, error) {
 		runSource:     o.Run,
 		onLeading:     o.OnLeading,
 		onStarted:     o.OnStarted,
-		log:           o.Logger.Named("shard").With(zap.String("identity", o.Identity)),
+		log:           o.Logger.With(zap.String("identity", o.Identity)), // the caller names it
 		members:       map[string]*member{},
 		leading:       map[string]bool{},
 	}

@@ -41,12 +41,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
@@ -292,7 +294,7 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			reason = metrics.ReasonError
 			if errors.Is(err, errIdle) {
 				reason = metrics.ReasonIdle
-			} else if errors.Is(err, io.ErrUnexpectedEOF) || isConnErr(err) {
+			} else if isConnErr(err) {
 				reason = metrics.ReasonClosed
 			}
 			w.log.Warn("watch failed; retrying", zap.String("reason", reason), zap.Error(err))
@@ -373,10 +375,12 @@ func permanent(err error) string {
 	return ""
 }
 
+// isConnErr reports whether err is the connection to the apiserver
+// breaking (restart reason "closed"), classified as client-go classifies it.
 func isConnErr(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "connection reset") || strings.Contains(s, "connection refused") ||
-		strings.Contains(s, "EOF") || strings.Contains(s, "broken pipe") || strings.Contains(s, "http2")
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE) ||
+		utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err) ||
+		utilnet.IsHTTP2ConnectionLost(err)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 // applyManager is the field manager of the test's server-side applies, as
@@ -315,20 +316,19 @@ func (r *relayd) probe(path string) (int, string, error) {
 	return resp.StatusCode, strings.TrimSpace(string(b)), nil
 }
 
+// eventually waits for cond, and gives up at once if r (when not nil) exits.
 func eventually(t testing.TB, r *relayd, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
+	var stop func() error
+	if r != nil {
+		stop = func() error {
+			if r.exited() {
+				return fmt.Errorf("relayd exited (%v)", r.err)
+			}
+			return nil
 		}
-		if r != nil && r.exited() {
-			t.Fatalf("%s: relayd exited (%v) while waiting; last: %v", what, r.err, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("%s: not within %v: %v", what, timeout, err)
+	testutil.EventuallyUnless(t, timeout, what, stop, cond)
 }
 
 // writeKubeconfig writes a kubeconfig for a ServiceAccount token.

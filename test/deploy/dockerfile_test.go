@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 // instruction is one Dockerfile instruction, continuation lines joined.
@@ -142,7 +144,7 @@ func parseGoBuild(t testing.TB, words []string) goBuild {
 // that run bin/relayd run what is shipped. Only the output path and the
 // cross-compilation target may differ.
 func TestDockerfileBuildsWithTheMakefilesFlags(t *testing.T) {
-	root := repoRoot(t)
+	root := testutil.RepoRootT(t)
 	vars := map[string]string{"VERSION": "v9.9.9-test", "COMMIT": "abc1234", "BUILDDATE": "2000-01-01T00:00:00Z"}
 
 	cmd := exec.Command("make", "-s", "-n", "-C", root, "build", "GO=go",
@@ -323,7 +325,7 @@ func TestDockerfileRuntimeMatchesTheDeployment(t *testing.T) {
 // only, and every package relayd's main imports from this module lies in a
 // folder the Dockerfile copies and .dockerignore lets through.
 func TestDockerignoreKeepsWhatTheBuildNeeds(t *testing.T) {
-	root := repoRoot(t)
+	root := testutil.RepoRootT(t)
 	lines := []string{}
 	for _, l := range strings.Split(repoFile(t, ".dockerignore"), "\n") {
 		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {

@@ -17,6 +17,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 var (
@@ -28,28 +29,9 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{}, &env, &natsSrv))
 }
 
-// repoRoot is the directory holding relayd's go.mod, above the test's.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/relayd/relayd\n")) {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("relayd's go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
 func repoFile(t testing.TB, rel string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRootT(t), rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +45,7 @@ var kustomizeRequire = regexp.MustCompile(`(?m)^\s*sigs\.k8s\.io/kustomize/kusto
 // $RELAYD_KUSTOMIZE). Missing or another version is a failure, never a skip.
 func kustomizeBin(t testing.TB) string {
 	t.Helper()
-	root := repoRoot(t)
+	root := testutil.RepoRootT(t)
 	m := kustomizeRequire.FindStringSubmatch(repoFile(t, "tools/kustomize/go.mod"))
 	if m == nil {
 		t.Fatal("tools/kustomize/go.mod does not require sigs.k8s.io/kustomize/kustomize/v5")
@@ -89,7 +71,7 @@ func relaydBin(t testing.TB) string {
 	t.Helper()
 	bin := os.Getenv("RELAYD_BIN")
 	if bin == "" {
-		bin = filepath.Join(repoRoot(t), "bin", "relayd")
+		bin = filepath.Join(testutil.RepoRootT(t), "bin", "relayd")
 	}
 	if st, err := os.Stat(bin); err != nil || st.Mode()&0o111 == 0 {
 		t.Fatalf("relayd binary not found at %s: run `make build` (RELAYD_BIN points the tests at it)", bin)
@@ -102,7 +84,7 @@ func relaydBin(t testing.TB) string {
 func render(t testing.TB, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(repoRoot(t), dir)
+		dir = filepath.Join(testutil.RepoRootT(t), dir)
 	}
 	cmd := exec.Command(kustomizeBin(t), "build", dir)
 	var stderr bytes.Buffer

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/relayd/relayd/internal/testutil"
 	"github.com/relayd/relayd/pkg/config"
 )
 
@@ -479,7 +480,7 @@ func TestExampleOverlay(t *testing.T) {
 func TestConfigChangeRollsThePod(t *testing.T) {
 	before := loadBundle(t, baseDir)
 	dir := t.TempDir()
-	src := filepath.Join(repoRoot(t), baseDir)
+	src := filepath.Join(testutil.RepoRootT(t), baseDir)
 	entries, err := os.ReadDir(src)
 	if err != nil {
 		t.Fatal(err)

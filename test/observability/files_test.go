@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 const (
@@ -25,7 +27,7 @@ const (
 
 func TestRulesUnit(t *testing.T) {
 	promtool := tool(t, "promtool")
-	root := repoRoot(t)
+	root := testutil.RepoRootT(t)
 	for _, args := range [][]string{
 		{"check", "rules", rulesFile},
 		{"test", "rules", rulesTestFile},

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 var (
@@ -19,29 +20,10 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{}, &env, &natsSrv))
 }
 
-// repoRoot is the directory holding go.mod, above the test's directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
 // repoFile reads a file relative to the repository root.
 func repoFile(t *testing.T, rel string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), rel))
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRootT(t), rel))
 	if err != nil {
 		t.Fatal(err)
 	}

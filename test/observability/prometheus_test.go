@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/relayd/relayd/internal/testutil"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/relay"
 )
@@ -88,21 +89,6 @@ func render(t *testing.T, tmpl string, data any) []byte {
 	return b.Bytes()
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func httpGet(u string) (int, []byte, error) {
 	resp, err := httpc.Get(u)
 	if err != nil {
@@ -155,7 +141,7 @@ func startRelay(t *testing.T, ns string) (string, *prometheus.Registry) {
 			t.Error("relay.Run did not return within 30s of cancel")
 		}
 	})
-	eventually(t, 30*time.Second, "relayd ready", func() error {
+	testutil.Eventually(t, 30*time.Second, "relayd ready", func() error {
 		code, body, err := httpGet("http://" + a.health + "/readyz")
 		if err != nil {
 			return err
@@ -187,7 +173,7 @@ func startPrometheus(t *testing.T, target string) string {
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	cfg := render(t, promConfig, map[string]string{
-		"Rules": filepath.Join(repoRoot(t), rulesFile), "Target": target,
+		"Rules": filepath.Join(testutil.RepoRootT(t), rulesFile), "Target": target,
 	})
 	if err := os.WriteFile(cfgFile, cfg, 0o644); err != nil {
 		t.Fatal(err)
@@ -227,7 +213,7 @@ func startPrometheus(t *testing.T, target string) string {
 		}
 	})
 	base := "http://" + addr
-	eventually(t, 30*time.Second, "prometheus ready", func() error {
+	testutil.Eventually(t, 30*time.Second, "prometheus ready", func() error {
 		select {
 		case <-exited:
 			b, _ := os.ReadFile(logFile)
@@ -302,7 +288,7 @@ func value(s sample) float64 {
 // atLeast waits until expr returns a series with a value >= min.
 func atLeast(t *testing.T, base, expr string, min float64) {
 	t.Helper()
-	eventually(t, 60*time.Second, expr+" >= "+fmt.Sprint(min), func() error {
+	testutil.Eventually(t, 60*time.Second, expr+" >= "+fmt.Sprint(min), func() error {
 		s, err := query(base, expr)
 		if err != nil {
 			return err
@@ -480,7 +466,7 @@ func TestQueriesAgainstRealPrometheus(t *testing.T) {
 	})
 
 	t.Run("rules loaded", func(t *testing.T) {
-		eventually(t, 30*time.Second, "every rule evaluated without error", func() error {
+		testutil.Eventually(t, 30*time.Second, "every rule evaluated without error", func() error {
 			_, body, err := httpGet(base + "/api/v1/rules")
 			if err != nil {
 				return err
