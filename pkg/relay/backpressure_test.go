@@ -312,9 +312,11 @@ func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
 	f.eventually(60*time.Second, "relayd ready", s.ready)
 	first := f.createCM("first", nil, nil)
 	f.waitStored(30*time.Second, isEvent("added", "first", first.ResourceVersion))
-	// An entry holds its window slot until its object index write is
-	// acked too: NATS stops only after first's, or that write would hold
-	// one of the 8 slots through the outage.
+	// Every entry holds a window slot until it is done: the initial list's
+	// sync.completed marker, and first's object index write (acked after
+	// its event). NATS stops only after both, or one would hold one of the
+	// 8 slots through the outage.
+	f.waitStored(30*time.Second, isSync("completed"))
 	kv := f.indexBucket()
 	f.eventually(30*time.Second, "first's object index entry", func() error {
 		_, err := kv.Get(t.Context(), index.Key(index.Prefix("cms", f.ns), string(first.UID)))
@@ -357,6 +359,29 @@ func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
 	}
 	if tracked > 1+8+1 {
 		t.Errorf("relayd_tracked_objects = %v while NATS is down with a window of 8: the watch was read ahead", tracked)
+	}
+	// No retries while NATS is down (README "Memory is bounded by bytes"):
+	// each would add a copy to the client's reconnect buffer. Once the
+	// first timeout is counted, the publish errors stop growing; a retry
+	// would time out again within publishTimeout (10 s) plus its backoff.
+	pubErrs := func() float64 {
+		var sum float64
+		for _, reason := range []string{"timeout", "disconnected"} {
+			v, _ := s.metric("relayd_publish_errors_total", map[string]string{"source": "cms", "reason": reason}) // no series yet: 0
+			sum += v
+		}
+		return sum
+	}
+	f.eventually(30*time.Second, "the first publish timeout counted", func() error {
+		if pubErrs() == 0 {
+			return fmt.Errorf("relayd_publish_errors_total = 0")
+		}
+		return nil
+	})
+	errsBefore := pubErrs()
+	time.Sleep(12 * time.Second)
+	if errsAfter := pubErrs(); errsAfter != errsBefore {
+		t.Errorf("relayd_publish_errors_total went from %v to %v while NATS was down: publishes were retried while disconnected", errsBefore, errsAfter)
 	}
 	inflight, _ := s.metric("relayd_publish_in_flight", src)
 	inBytes, _ := s.metric("relayd_publish_in_flight_bytes", src)
