@@ -358,16 +358,16 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 	flush()
 	bw := bufio.NewWriterSize(w, 128<<10)
 	send := func(frames [][]byte) error {
-		n := 0
-		defer func() { s.SentBytes.Add(int64(n)) }()
 		for _, f := range frames {
+			// Counted before the write: a reader that has seen a frame
+			// must also see it in SentBytes.
+			s.SentBytes.Add(int64(len(f) + 1))
 			if _, err := bw.Write(f); err != nil {
 				return err
 			}
 			if err := bw.WriteByte('\n'); err != nil {
 				return err
 			}
-			n += len(f) + 1
 		}
 		if err := bw.Flush(); err != nil {
 			return err

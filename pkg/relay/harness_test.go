@@ -299,18 +299,30 @@ type msg struct {
 // stored returns every message in the fixture's stream, in order.
 func (f *fixture) stored() []msg {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(f.t.Context(), 20*time.Second)
+	out, err := f.readStored(20 * time.Second)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return out
+}
+
+// readStored reads every message in the fixture's stream, in order. Its
+// errors are those of reading (a request lost to a reconnect times out);
+// a message that does not decode is fatal.
+func (f *fixture) readStored(timeout time.Duration) ([]msg, error) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.t.Context(), timeout)
 	defer cancel()
 	s, err := f.js.Stream(ctx, f.stream)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil
+			return nil, nil
 		}
-		f.t.Fatal(err)
+		return nil, err
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		f.t.Fatal(err)
+		return nil, err
 	}
 	var out []msg
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
@@ -319,7 +331,7 @@ func (f *fixture) stored() []msg {
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue
 			}
-			f.t.Fatal(err)
+			return nil, err
 		}
 		e, err := event.DecodeMessage(rm.Header, rm.Data)
 		if err != nil {
@@ -327,7 +339,7 @@ func (f *fixture) stored() []msg {
 		}
 		out = append(out, msg{Seq: seq, Subject: rm.Subject, MsgID: rm.Header.Get(jetstream.MsgIDHeader), Env: e})
 	}
-	return out
+	return out, nil
 }
 
 // waitStored waits until the stream holds a message matching each want.
@@ -335,7 +347,10 @@ func (f *fixture) waitStored(timeout time.Duration, want ...func(msg) bool) []ms
 	f.t.Helper()
 	var got []msg
 	f.eventually(timeout, "expected events on the stream", func() error {
-		got = f.stored()
+		var err error
+		if got, err = f.readStored(5 * time.Second); err != nil {
+			return fmt.Errorf("reading the stream: %w", err)
+		}
 		for i, w := range want {
 			found := false
 			for _, m := range got {

@@ -245,9 +245,18 @@ func TestTokenRotation(t *testing.T) {
 	r := f.start(nil, true)
 	f.relays("before")
 	writeFile(t, tok, "new-token\n")
+	reconnects := f.nc.Stats().Reconnects
 	if err := n.Reload(func(o *server.Options) { o.Authorization = "new-token" }); err != nil {
 		t.Fatal(err)
 	}
+	// The server closes the test's connection too; a request sent on it
+	// just before would be lost, so wait for the reconnect.
+	f.eventually(30*time.Second, "the test's connection reconnects with the new token", func() error {
+		if st := f.nc.Stats(); st.Reconnects == reconnects || !f.nc.IsConnected() {
+			return fmt.Errorf("reconnects %d, status %v", st.Reconnects, f.nc.Status())
+		}
+		return nil
+	})
 	cm := f.createCM("after", nil, nil)
 	f.waitStored(60*time.Second, isEvent("added", cm.Name, cm.ResourceVersion))
 	r.unreadyGone(f)
