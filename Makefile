@@ -75,14 +75,24 @@ bench: testenv-bins-current build ## Measure relayd next to client-go consumers 
 	$(GO) build -o $(BENCH_DIR)/relayd-bench ./internal/bench/cmd/relayd-bench
 	$(BENCH_DIR)/relayd-bench run -relayd $(BIN)/relayd -cache $(BENCH_DIR) $(BENCHFLAGS)
 
+# vet and staticcheck type-check with -race, the configuration the tests
+# compile in: a cold `make test` then compiles the dependencies twice
+# (-race, and bin/relayd's static build), not three times.
+STATICCHECK := $(CURDIR)/.cache/bin/staticcheck-$(STATICCHECK_VERSION)
+
 .PHONY: vet
-vet: ## go vet.
-	$(GO) vet ./...
+vet: ## go vet (-race build configuration).
+	$(GO) vet -race ./...
+
+$(STATICCHECK):
+	@mkdir -p $(dir $@)
+	GOBIN=$(CURDIR)/.cache/bin/tmp $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(CURDIR)/.cache/bin/tmp/staticcheck $@
 
 .PHONY: lint
-lint: vet ## gofmt check, go vet, staticcheck.
+lint: vet $(STATICCHECK) ## gofmt check, go vet, staticcheck.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^tools/') 2>&1); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	GOFLAGS=-race $(STATICCHECK) ./...
 
 .PHONY: test
 test: testenv-bins kustomize-bin prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.

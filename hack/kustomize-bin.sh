@@ -22,7 +22,7 @@ have_kustomize() { [[ "$(version_of "$bin")" == "$KUSTOMIZE_VERSION" ]]; }
 if ! have_kustomize; then
   echo "kustomize-bin: building kustomize $KUSTOMIZE_VERSION into $bin (cold: about 1 min on 2 cores)" >&2
   mkdir -p "$(dirname "$bin")"
-  (cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin.tmp" sigs.k8s.io/kustomize/kustomize/v5)
+  (cd "$mod" && GOGC=400 CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$bin.tmp" sigs.k8s.io/kustomize/kustomize/v5)
   mv "$bin.tmp" "$bin"
 fi
 have_kustomize || { echo "kustomize-bin: $bin does not report $KUSTOMIZE_VERSION (got: $(version_of "$bin"))" >&2; exit 1; }

@@ -36,7 +36,7 @@ func TestShippedBuildHasNoFailpoints(t *testing.T) {
 }
 
 // A build with -tags failpoints, made the way the chaos suite makes it
-// (internal/chaos/scenario.BuildRelayd: go build -tags failpoints), says
+// (internal/chaos/scenario.BuildRelayd: go build -race -tags failpoints), says
 // failpoints=true in both places.
 func TestFailpointBuildSaysSo(t *testing.T) {
 	root, err := filepath.Abs("../..")
@@ -45,10 +45,13 @@ func TestFailpointBuildSaysSo(t *testing.T) {
 	}
 	statSources(t, root)
 	bin := filepath.Join(t.TempDir(), "relayd-failpoints")
-	cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./cmd/relayd")
+	// Built as the chaos suite builds it (-race): the packages are then
+	// already compiled in the configuration the tests use.
+	cmd := exec.Command("go", "build", "-race", "-tags", "failpoints", "-o", bin, "./cmd/relayd")
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags failpoints ./cmd/relayd: %v\n%s", err, out)
+		t.Fatalf("go build -race -tags failpoints ./cmd/relayd: %v\n%s", err, out)
 	}
 	checkBuildSays(t, bin, true)
 }
