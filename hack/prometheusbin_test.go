@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -225,6 +226,13 @@ func TestPrometheusBinInstallsAndRestores(t *testing.T) {
 // INT, TERM or HUP mid-install: the script stops apt-get, restores the
 // policy and exits 128+signal.
 func TestPrometheusBinRestoresOnSignal(t *testing.T) {
+	// A signal ignored when a shell starts cannot be trapped, and a child
+	// inherits what its parent ignores: run under nohup, the script would
+	// never see the SIGHUP and the test would hang. While this process
+	// catches SIGHUP, the children it starts get the default disposition.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		for _, original := range []string{site, ""} {
 			t.Run(fmt.Sprintf("%s/original=%t", sig, original != ""), func(t *testing.T) {
