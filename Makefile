@@ -55,6 +55,10 @@ prometheus-bin: ## Install Debian's prometheus package (prometheus + promtool, f
 demo: testenv-bins-current build ## Run relayd against local etcd + kube-apiserver + NATS and watch the events arrive (Ctrl-C stops it all).
 	RELAYD_BIN=$(RELAYD_BIN) $(GO) run ./internal/demo
 
+.PHONY: sandbox
+sandbox: testenv-bins-current build ## Start etcd, kube-apiserver, NATS and relayd (demo config) and keep them running: prints KUBECONFIG, the NATS URL and three things to try; Ctrl-C stops it all.
+	RELAYD_BIN=$(RELAYD_BIN) $(GO) run ./internal/demo -sandbox
+
 # `make bench` (docs/PERFORMANCE.md): the Go micro-benchmarks of the hot
 # path (compared with benchstat to the previous run's, if any), then the
 # side-by-side harness (internal/bench) against bin/relayd. BENCHFLAGS go to

@@ -3,10 +3,12 @@ module github.com/relayd/relayd
 go 1.26.0
 
 require (
+	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/go-logr/zapr v1.3.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.6

@@ -173,6 +173,11 @@ Examples:
   relayd tail -c config.yaml --replay --count 20    # the stream from its start
   relayd tail --server nats://127.0.0.1:4222 --subject 'k8s.>'
   relayd tail --server nats://127.0.0.1:4222 --stream K8S --count 20
+  relayd tail -c config.yaml --kind ConfigMap --namespace shop
+  relayd tail -c config.yaml --replay -o json | jq -c 'select(.relaydorigin == "resync")'
+
+Values that hold control characters or invalid UTF-8 are printed quoted
+and escaped, never raw.
 
 Flags:
 `
@@ -193,8 +198,18 @@ func cmdTail(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.replay, "replay", false, "with -c: replay the config's stream (nats.stream.name) from its start, then follow")
 	count := fs.Int("count", 0, "exit after this many events (0: until interrupted)")
 	fs.StringVar(&f.creds, "creds", "", "NATS .creds file; overrides the config's authentication")
+	output := fs.String("output", "text", "text: one readable line per event; json: one CloudEvent per line (structured mode), for jq")
+	fs.StringVar(output, "o", "text", "shorthand for --output")
+	var filter tail.Filter
+	fs.StringVar(&filter.Source, "source", "", "only events of this source (relaydsource)")
+	fs.StringVar(&filter.Namespace, "namespace", "", "only events of this namespace (sync markers of all-namespaces watches too)")
+	fs.StringVar(&filter.Kind, "kind", "", "only events of this kind, e.g. ConfigMap (case-insensitive; sync markers too)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
+	}
+	if *output != "text" && *output != "json" {
+		fmt.Fprintf(stderr, "relayd tail: --output %q: want text or json\n", *output)
+		return 2
 	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
@@ -214,8 +229,8 @@ func cmdTail(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	err = tail.Run(ctx, tail.Options{
 		URL: strings.Join(s.nats.URLs(), ","), Subject: s.subject, Stream: s.stream, Count: *count, Out: stdout,
-		NATSOptions: opts,
-		JetStream:   func(nc *nats.Conn) (jetstream.JetStream, error) { return natsconn.JetStream(nc, s.nats) },
+		JSON: *output == "json", Filter: filter, NATSOptions: opts,
+		JetStream: func(nc *nats.Conn) (jetstream.JetStream, error) { return natsconn.JetStream(nc, s.nats) },
 	})
 	var ce *tail.ConnectError
 	switch {

@@ -21,6 +21,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -86,17 +87,27 @@ type demo struct {
 	tail   *child
 	events *eventLog
 
+	sandbox bool // make sandbox: no script, run until Ctrl-C
+
 	want  []expectation
 	never []forbidden
 	cp    map[string]string // the checkpoint ConfigMap's data after shutdown
 }
 
 func run() int {
+	sandbox := flag.Bool("sandbox", false, "start the servers and relayd on the demo config, print how to reach them, and keep them running until Ctrl-C (make sandbox)")
+	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{out: &printer{w: os.Stdout}, t0: time.Now(), events: newEventLog()}
+	d := &demo{out: &printer{w: os.Stdout}, t0: time.Now(), events: newEventLog(), sandbox: *sandbox}
 	err := d.run(ctx)
 	interrupted := ctx.Err() != nil
+	if d.sandbox && err == nil {
+		// Ctrl-C is how a sandbox ends.
+		d.cleanup(false)
+		d.out.banner("sandbox stopped after %s; every process it started has stopped and its working dir is removed", d.since())
+		return 0
+	}
 	switch {
 	case interrupted:
 		d.out.banner("interrupted: stopping everything the demo started (this takes a few seconds)")
@@ -149,6 +160,9 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.startRelayd(ctx, cfg); err != nil {
 		return err
 	}
+	if d.sandbox {
+		return d.keepRunning(ctx, cfg)
+	}
 	if err := d.script(ctx); err != nil {
 		return err
 	}
@@ -162,6 +176,16 @@ func (d *demo) run(ctx context.Context) error {
 }
 
 func (d *demo) intro() {
+	if d.sandbox {
+		d.out.line("", `relayd sandbox
+
+Starts, all on 127.0.0.1 with random ports: etcd + kube-apiserver (child
+processes), NATS with JetStream (embedded), relayd on the demo config and
+relayd tail (its lines start with [tail]), then keeps them running for you to
+try things by hand. Working dir: `+d.tmp+` (removed at the end).
+Ctrl-C stops everything.`)
+		return
+	}
 	d.out.line("", `relayd demo
 
 relayd watches Kubernetes resources and publishes every change to NATS

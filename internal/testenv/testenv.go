@@ -442,6 +442,10 @@ func (e *Env) Dir() string { return e.dir }
 // AdminConfig is a *rest.Config for a system:masters identity.
 func (e *Env) AdminConfig() *rest.Config { return e.config(adminToken) }
 
+// AdminToken is the bearer token of the system:masters identity (for
+// clients other than client-go, such as curl in `make sandbox`).
+func (e *Env) AdminToken() string { return adminToken }
+
 // RestrictedConfig is a *rest.Config for the user "relayd", which has no
 // permissions until a test binds a role to it.
 func (e *Env) RestrictedConfig() *rest.Config { return e.config(restrictedToken) }

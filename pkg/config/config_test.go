@@ -917,3 +917,36 @@ func TestURLCredentialsAreRedacted(t *testing.T) {
 		}
 	}
 }
+
+// Every config shown in the README and docs/ (a ```yaml block that starts
+// with "cluster:") loads.
+func TestConfigsInTheDocsLoad(t *testing.T) {
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, doc := range append(files, "../../README.md") {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, block := range strings.Split(string(b), "```yaml\n")[1:] {
+			block, _, _ = strings.Cut(block, "```")
+			if !strings.HasPrefix(block, "cluster:") {
+				continue
+			}
+			n++
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(block), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Load(path); err != nil {
+				t.Errorf("%s, yaml block %d: %v", doc, i+1, err)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no config example found in README.md or docs/")
+	}
+}

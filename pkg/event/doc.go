@@ -1,6 +1,6 @@
 // Package event turns raw Kubernetes objects into relayd's wire format: the
 // CloudEvents 1.0 envelope, the NATS subject and the Nats-Msg-Id header
-// (README.md, "The event on the wire"). It is shared by the source (which reads watch frames) and
+// (docs/CONSUMING.md, "The event on the wire"). It is shared by the source (which reads watch frames) and
 // the sink (which publishes), so that neither imports the other.
 //
 // # Reading objects without decoding them

@@ -25,9 +25,9 @@ const (
 	SpecVersion = "1.0"
 )
 
-// timeLayout is RFC 3339 with a fixed nine-digit fraction; times are
+// TimeLayout is RFC 3339 with a fixed nine-digit fraction; times are
 // formatted in UTC, so the zone is always "Z".
-const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+const TimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
 
 // EncoderOptions configures an Encoder.
 type EncoderOptions struct {
@@ -394,7 +394,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	b = append(b, `","subject":"`...)
 	b = appendCESubject(b, *r, m.Namespace, m.Name, true)
 	b = append(b, `","time":"`...)
-	b = ev.ts.UTC().AppendFormat(b, timeLayout)
+	b = ev.ts.UTC().AppendFormat(b, TimeLayout)
 	b = append(b, '"')
 	b = append(b, e.jsonCluster...)
 	b = appendJSONField(append(b, ','), "k8sapiversion", m.APIVersion)
@@ -418,7 +418,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 		b = append(b, `,"relaydoversize":true`...)
 	}
 	if c.FinalStateUnknown {
-		b = append(b, `,"relaydfinalstateunknown":true`...)
+		b = append(b, `,"relaydfinalunknown":true`...)
 	}
 	if len(c.Dropped) > 0 && !oversize {
 		b = append(b, `,"relayddropped":"`...)
@@ -488,7 +488,7 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, ov
 	hb.ce(HeaderPrefix+"source", e.ceSource)
 	hb.ce(HeaderPrefix+"type", e.objTypes[typeIndex(c.Type)])
 	hb.ce(HeaderPrefix+"subject", string(appendCESubject(make([]byte, 0, 64), c.Resource, m.Namespace, m.Name, false)))
-	hb.ce(HeaderPrefix+"time", string(ev.ts.UTC().AppendFormat(make([]byte, 0, 32), timeLayout)))
+	hb.ce(HeaderPrefix+"time", string(ev.ts.UTC().AppendFormat(make([]byte, 0, 32), TimeLayout)))
 	hb.ce(HeaderPrefix+"k8scluster", e.opts.Cluster)
 	hb.ce(HeaderPrefix+"k8sapiversion", m.APIVersion)
 	hb.ce(HeaderPrefix+"k8skind", m.Kind)
@@ -507,7 +507,7 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, ov
 		hb.ce(HeaderPrefix+"relaydoversize", "true")
 	}
 	if c.FinalStateUnknown {
-		hb.ce(HeaderPrefix+"relaydfinalstateunknown", "true")
+		hb.ce(HeaderPrefix+"relaydfinalunknown", "true")
 	}
 	if len(c.Dropped) > 0 && !oversize {
 		hb.ce(HeaderPrefix+"relayddropped", strings.Join(c.Dropped, ","))
@@ -625,7 +625,7 @@ func (e *Encoder) Control(s SyncEvent) Message {
 		hb.ce(HeaderPrefix+"source", e.ceSource)
 		hb.ce(HeaderPrefix+"type", typ)
 		hb.ce(HeaderPrefix+"subject", e.ctlSubject)
-		hb.ce(HeaderPrefix+"time", string(ts.UTC().AppendFormat(make([]byte, 0, 32), timeLayout)))
+		hb.ce(HeaderPrefix+"time", string(ts.UTC().AppendFormat(make([]byte, 0, 32), TimeLayout)))
 		hb.ce(HeaderPrefix+"k8scluster", e.opts.Cluster)
 		if s.Namespace != "" {
 			hb.ce(HeaderPrefix+"k8snamespace", s.Namespace)
@@ -644,7 +644,7 @@ func (e *Encoder) Control(s SyncEvent) Message {
 	b = appendJSONField(append(b, ','), "type", typ)
 	b = appendJSONField(append(b, ','), "subject", e.ctlSubject)
 	b = append(b, `,"time":"`...)
-	b = ts.UTC().AppendFormat(b, timeLayout)
+	b = ts.UTC().AppendFormat(b, TimeLayout)
 	b = append(b, '"')
 	b = append(b, e.jsonCluster...)
 	if s.Namespace != "" {

@@ -208,7 +208,7 @@ func TestEncodeVariants(t *testing.T) {
 			c.Resource = podsResource
 			c.Meta = Meta{Namespace: "ns", Name: "p", UID: "u4", ResourceVersion: "13"}
 		}, "acme.k8s.prod.core.v1.pods.ns.p.deleted", "/api/v1/namespaces/ns/pods/p", "u4/13/deleted",
-			map[string]string{"k8snamespace": `"ns"`, "relaydfinalstateunknown": "true"}},
+			map[string]string{"k8snamespace": `"ns"`, "relaydfinalunknown": "true"}},
 		{"escaping", func(c *Change) {
 			c.Resource = Resource{Group: "x.io", Version: "v1", Resource: "things"}
 			c.Meta = Meta{Namespace: "ns", Name: "a\"b\\c</x>\u2028é", UID: "u5", ResourceVersion: "14"}
@@ -253,7 +253,7 @@ func TestEncodeVariants(t *testing.T) {
 			}
 			wantAPIVersion := c.Resource.APIVersion()
 			if env.K8sName != c.Meta.Name || env.K8sAPIVersion != wantAPIVersion || env.RelaydOrigin != string(c.Origin) ||
-				env.RelaydEpoch != c.Epoch || env.RelaydFinalStateUnknown != c.FinalStateUnknown {
+				env.RelaydEpoch != c.Epoch || env.RelaydFinalUnknown != c.FinalStateUnknown {
 				t.Errorf("envelope %+v", env)
 			}
 
@@ -286,27 +286,27 @@ func TestEncodeBinary(t *testing.T) {
 	}
 	const id = "3f1c2b7e-9a4d-4e8b-b1c2-5d6e7f8a9b0c/48213377/deleted"
 	want := map[string][]string{
-		"ce-specversion":             {"1.0"},
-		"ce-id":                      {id},
-		"ce-source":                  {"/relayd/prod/pods"},
-		"ce-type":                    {"k8s.object.deleted"},
-		"ce-subject":                 {"/api/v1/namespaces/shop/pods/checkout-api-7f9c8d6b5-x2k4p"},
-		"ce-time":                    {testTimeString},
-		"ce-k8scluster":              {"prod"},
-		"ce-k8sapiversion":           {"v1"},
-		"ce-k8skind":                 {"Pod"},
-		"ce-k8sresource":             {"pods"},
-		"ce-k8snamespace":            {"shop"},
-		"ce-k8sname":                 {"checkout-api-7f9c8d6b5-x2k4p"},
-		"ce-k8suid":                  {"3f1c2b7e-9a4d-4e8b-b1c2-5d6e7f8a9b0c"},
-		"ce-k8sresourceversion":      {"48213377"},
-		"ce-relaydsource":            {"pods"},
-		"ce-relaydorigin":            {"resync"},
-		"ce-relaydepoch":             {"3"},
-		"ce-relaydpayload":           {"metadata"},
-		"ce-relaydfinalstateunknown": {"true"},
-		"Content-Type":               {"application/json"},
-		"Nats-Msg-Id":                {"pods/" + id},
+		"ce-specversion":        {"1.0"},
+		"ce-id":                 {id},
+		"ce-source":             {"/relayd/prod/pods"},
+		"ce-type":               {"k8s.object.deleted"},
+		"ce-subject":            {"/api/v1/namespaces/shop/pods/checkout-api-7f9c8d6b5-x2k4p"},
+		"ce-time":               {testTimeString},
+		"ce-k8scluster":         {"prod"},
+		"ce-k8sapiversion":      {"v1"},
+		"ce-k8skind":            {"Pod"},
+		"ce-k8sresource":        {"pods"},
+		"ce-k8snamespace":       {"shop"},
+		"ce-k8sname":            {"checkout-api-7f9c8d6b5-x2k4p"},
+		"ce-k8suid":             {"3f1c2b7e-9a4d-4e8b-b1c2-5d6e7f8a9b0c"},
+		"ce-k8sresourceversion": {"48213377"},
+		"ce-relaydsource":       {"pods"},
+		"ce-relaydorigin":       {"resync"},
+		"ce-relaydepoch":        {"3"},
+		"ce-relaydpayload":      {"metadata"},
+		"ce-relaydfinalunknown": {"true"},
+		"Content-Type":          {"application/json"},
+		"Nats-Msg-Id":           {"pods/" + id},
 	}
 	if !reflect.DeepEqual(msg.Header, want) {
 		for k, v := range msg.Header {

@@ -29,12 +29,12 @@ type Envelope struct {
 	K8sUID             string `json:"k8suid"`
 	K8sResourceVersion string `json:"k8sresourceversion"`
 
-	RelaydSource            string `json:"relaydsource"`
-	RelaydOrigin            string `json:"relaydorigin"`
-	RelaydEpoch             uint64 `json:"relaydepoch"`
-	RelaydPayload           string `json:"relaydpayload"`
-	RelaydOversize          bool   `json:"relaydoversize"`
-	RelaydFinalStateUnknown bool   `json:"relaydfinalstateunknown"`
+	RelaydSource       string `json:"relaydsource"`
+	RelaydOrigin       string `json:"relaydorigin"`
+	RelaydEpoch        uint64 `json:"relaydepoch"`
+	RelaydPayload      string `json:"relaydpayload"`
+	RelaydOversize     bool   `json:"relaydoversize"`
+	RelaydFinalUnknown bool   `json:"relaydfinalunknown"`
 	// RelaydDropped is the relayddropped extension: the canonical paths
 	// removed from the data, joined by "," (see Change.Dropped); "" when
 	// nothing was removed. Split it with strings.Split: canonical paths
@@ -49,15 +49,26 @@ type Envelope struct {
 // and the tail command, not the hot path. It fails on invalid JSON, on a
 // specversion other than "1.0" and on a missing id, source or type.
 func DecodeStructured(data []byte) (Envelope, error) {
-	var env Envelope
-	if err := json.Unmarshal(data, &env); err != nil {
+	var v struct {
+		Envelope
+		Legacy bool `json:"relaydfinalstateunknown"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
 		return Envelope{}, fmt.Errorf("decode CloudEvent: %w", err)
 	}
+	env := v.Envelope
+	env.RelaydFinalUnknown = env.RelaydFinalUnknown || v.Legacy
 	if err := env.check(); err != nil {
 		return Envelope{}, err
 	}
 	return env, nil
 }
+
+// LegacyFinalUnknown is the name earlier relayd versions gave the
+// relaydfinalunknown extension (23 characters, over the 20 that CloudEvents
+// recommends). The decoders read either, so that messages already in a
+// stream keep their meaning.
+const LegacyFinalUnknown = "relaydfinalstateunknown"
 
 func (env *Envelope) check() error {
 	switch {
@@ -146,8 +157,8 @@ func (env *Envelope) setAttr(name, v string) error {
 		env.RelaydPayload = v
 	case "relaydoversize":
 		env.RelaydOversize, err = strconv.ParseBool(v)
-	case "relaydfinalstateunknown":
-		env.RelaydFinalStateUnknown, err = strconv.ParseBool(v)
+	case "relaydfinalunknown", LegacyFinalUnknown:
+		env.RelaydFinalUnknown, err = strconv.ParseBool(v)
 	case "relayddropped":
 		env.RelaydDropped = v
 	}

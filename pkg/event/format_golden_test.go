@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -17,8 +18,8 @@ import (
 	"github.com/relayd/relayd/pkg/event"
 )
 
-// The event format is a contract with every consumer (README.md, "The event
-// on the wire"; docs/DEPLOY.md, "Upgrade and rollback: formats"). testdata/golden
+// The event format is a contract with every consumer (docs/CONSUMING.md,
+// "The event on the wire"; docs/DEPLOY.md, "Upgrade and rollback: formats"). testdata/golden
 // holds NATS messages exactly as this version writes them: object events in
 // structured mode (one application/cloudevents+json document) and in binary
 // mode (ce-* headers, the object as body), a resync delete with its final
@@ -119,7 +120,7 @@ func goldenEvents() []goldenEvent {
 		K8sCluster: "prod-eu-1", K8sAPIVersion: "v1", K8sKind: "ConfigMap", K8sResource: "configmaps",
 		K8sNamespace: "shop", K8sName: "settings", K8sUID: cmUID, K8sResourceVersion: "50001",
 		RelaydSource: "cms", RelaydOrigin: "resync", RelaydEpoch: 7, RelaydPayload: "reference",
-		RelaydFinalStateUnknown: true, Data: []byte(cmRef),
+		RelaydFinalUnknown: true, Data: []byte(cmRef),
 	}
 
 	// A node whose full payload exceeds MaxPayload: sent as a reference,
@@ -234,6 +235,45 @@ func TestEventGoldenFiles(t *testing.T) {
 				t.Errorf("%s: subject %q parses as %+v, want %+v", path, subject, p, want)
 			}
 		})
+	}
+}
+
+// testdata/legacy holds messages as earlier versions wrote them, where the
+// format changed since: the current code still reads them to the same
+// attributes. (Before the relaydfinalunknown extension had its name, it was
+// relaydfinalstateunknown.)
+func TestDecodesLegacyMessages(t *testing.T) {
+	want := map[string]event.Envelope{}
+	for _, g := range goldenEvents() {
+		want[g.file] = g.want
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "legacy", "*.msg"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata/legacy/*.msg (%v)", err)
+	}
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, header, body, err := parseMessage(b)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		env, err := event.DecodeMessage(header, body)
+		if err != nil {
+			t.Fatalf("DecodeMessage(%s): %v", path, err)
+		}
+		w, ok := want[filepath.Base(path)]
+		if !ok {
+			t.Fatalf("%s: no golden event of that name to compare with", path)
+		}
+		if !reflect.DeepEqual(env, w) {
+			t.Errorf("DecodeMessage(%s):\n got %+v\nwant %+v", path, env, w)
+		}
+		if !bytes.Contains(b, []byte(event.LegacyFinalUnknown)) || !env.RelaydFinalUnknown {
+			t.Errorf("%s: want a legacy %s extension read as RelaydFinalUnknown", path, event.LegacyFinalUnknown)
+		}
 	}
 }
 

@@ -151,7 +151,7 @@ func objectEvents(ms []msg, source string, after uint64) []string {
 			continue
 		}
 		s := fmt.Sprintf("%s %s@%s %s", m.Env.Type[strings.LastIndex(m.Env.Type, ".")+1:], m.Env.K8sName, m.Env.K8sResourceVersion, m.Env.RelaydOrigin)
-		if m.Env.RelaydFinalStateUnknown {
+		if m.Env.RelaydFinalUnknown {
 			s += " unknown"
 		}
 		out = append(out, s)
@@ -172,7 +172,7 @@ const gapSources = `
     labelSelector: app=x`
 
 // TestGapRecovery forces a 410 Gone (etcd compacted past relayd's position
-// while it is down, watch cache off) and checks the README's "Delivery guarantees", "Across a 410 Gone":
+// while it is down, watch cache off) and checks docs/GUARANTEES.md, "Delivery guarantees", "Across a 410 Gone":
 // objects created, modified and deleted during the gap surface exactly (the
 // deletes with final state unknown, also for an object that only stopped
 // matching a label selector), unchanged objects are not republished, an

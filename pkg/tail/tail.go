@@ -1,5 +1,6 @@
 // Package tail prints relayd's events as they arrive on NATS, one readable
-// line each: the operator's view of what relayd publishes.
+// line each (or one CloudEvent as JSON per line, for jq): the operator's view
+// of what relayd publishes, filtered by source, namespace or kind.
 //
 // Run connects with Options.URL and Options.NATSOptions, which carry
 // everything else about the connection (TLS, authentication, inbox prefix:
@@ -10,13 +11,17 @@
 package tail
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,6 +50,38 @@ type Options struct {
 	// JetStream returns the JetStream API used to replay Stream, e.g. in a
 	// JetStream domain (natsconn.JetStream); default jetstream.New.
 	JetStream func(*nats.Conn) (jetstream.JetStream, error)
+	// JSON prints each event as one structured-mode CloudEvent per line
+	// (JSONLine) instead of Format's readable line.
+	JSON bool
+	// Filter selects the events printed (and counted by Count).
+	Filter Filter
+}
+
+// Filter selects events by their extensions; an empty field matches all.
+type Filter struct {
+	// Source is the relaydsource (the source's name in relayd's config).
+	Source string
+	// Namespace is the k8snamespace. The sync markers of a watch of all
+	// namespaces match every namespace: a gap there concerns them all.
+	Namespace string
+	// Kind is the k8skind, compared case-insensitively ("configmap"
+	// matches ConfigMap). Sync markers match every kind: they belong to
+	// sources, and say where a gap is.
+	Kind string
+}
+
+// Match reports whether the filter selects env.
+func (f Filter) Match(env *event.Envelope) bool {
+	marker := env.K8sUID == ""
+	switch {
+	case f.Source != "" && env.RelaydSource != f.Source:
+		return false
+	case f.Namespace != "" && env.K8sNamespace != f.Namespace && !(marker && env.K8sNamespace == ""):
+		return false
+	case f.Kind != "" && !marker && !strings.EqualFold(env.K8sKind, f.Kind):
+		return false
+	}
+	return true
 }
 
 // ConnectError is Run's error when the first connection to NATS fails.
@@ -120,7 +157,23 @@ func Run(ctx context.Context, o Options) error {
 		case <-ctx.Done():
 			return nil
 		case m := <-msgs:
-			fmt.Fprintln(o.Out, Format(m.Subject, m.Header, m.Data))
+			env, err := event.DecodeMessage(m.Header, m.Data)
+			switch {
+			case err != nil:
+				// Shown whatever the filter: it cannot be applied.
+				fmt.Fprintln(o.Out, undecodable(m.Subject, err))
+			case !o.Filter.Match(&env):
+				continue
+			case o.JSON:
+				b, err := JSONLine(m.Header, m.Data)
+				if err != nil {
+					fmt.Fprintln(o.Out, undecodable(m.Subject, err))
+				} else {
+					fmt.Fprintf(o.Out, "%s\n", b)
+				}
+			default:
+				fmt.Fprintln(o.Out, format(&env))
+			}
 			n++
 			if o.Count > 0 && n >= o.Count {
 				return nil
@@ -130,12 +183,22 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // Format renders one message: time, type, kind, namespace/name,
-// resourceVersion, origin (and the sync details for control events).
+// resourceVersion, origin (and the sync details for control events). A
+// value with a control character or invalid UTF-8 (a custom resource's name
+// may hold an escape sequence) is shown quoted and escaped, never raw.
 func Format(subject string, header nats.Header, data []byte) string {
 	env, err := event.DecodeMessage(header, data)
 	if err != nil {
-		return fmt.Sprintf("%-30s  undecodable message on %s: %v", time.Now().UTC().Format(time.RFC3339Nano), subject, err)
+		return undecodable(subject, err)
 	}
+	return format(&env)
+}
+
+func undecodable(subject string, err error) string {
+	return fmt.Sprintf("%-30s  undecodable message on %s: %s", time.Now().UTC().Format(time.RFC3339Nano), safe(subject), safe(err.Error()))
+}
+
+func format(env *event.Envelope) string {
 	ts := env.Time.UTC().Format("15:04:05.000")
 	typ := env.Type
 	if i := strings.LastIndex(typ, ".object."); i >= 0 {
@@ -143,6 +206,7 @@ func Format(subject string, header nats.Header, data []byte) string {
 	} else if i := strings.LastIndex(typ, ".source."); i >= 0 {
 		typ = typ[i+len(".source."):]
 	}
+	typ = safe(typ)
 	if strings.HasPrefix(typ, "sync.") {
 		var d struct {
 			Namespace string          `json:"namespace"`
@@ -153,9 +217,9 @@ func Format(subject string, header nats.Header, data []byte) string {
 		}
 		_ = json.Unmarshal(env.Data, &d)
 		line := fmt.Sprintf("%s  %-15s source=%s namespace=%s epoch=%d reason=%s from=%q", ts, typ,
-			env.RelaydSource, orDash(d.Namespace), env.RelaydEpoch, d.Reason, d.From)
+			safe(env.RelaydSource), safe(orDash(d.Namespace)), env.RelaydEpoch, safe(d.Reason), d.From)
 		if d.To != "" {
-			line += fmt.Sprintf(" to=%q counts=%s", d.To, d.Counts)
+			line += fmt.Sprintf(" to=%q counts=%s", d.To, safe(string(d.Counts)))
 		}
 		return line
 	}
@@ -163,14 +227,131 @@ func Format(subject string, header nats.Header, data []byte) string {
 	if env.K8sNamespace != "" {
 		name = env.K8sNamespace + "/" + name
 	}
-	line := fmt.Sprintf("%s  %-15s %-22s %-40s rv=%-8s origin=%s", ts, typ, env.K8sKind, name, env.K8sResourceVersion, env.RelaydOrigin)
+	line := fmt.Sprintf("%s  %-15s %-22s %-40s rv=%-8s origin=%s", ts, typ, safe(env.K8sKind), safe(name), safe(env.K8sResourceVersion), safe(env.RelaydOrigin))
 	if env.RelaydOversize {
 		line += " (oversize: sent as reference)"
 	}
-	if env.RelaydFinalStateUnknown {
+	if env.RelaydFinalUnknown {
 		line += " (final state unknown)"
 	}
 	return line
+}
+
+// safe returns s as is when every rune is printable, else quoted with Go
+// escapes (\x1b, \u009b, \xff for an invalid byte): a terminal never gets
+// a raw control character or escape sequence from a published value.
+func safe(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// JSONLine renders a message as one structured-mode CloudEvent on one line,
+// for jq: a structured message's body, compacted; a binary message's ce-*
+// attributes and body assembled into the same form (relaydepoch a number,
+// relaydoversize and relaydfinalunknown booleans, as in structured mode).
+// Besides what JSON escapes itself, DEL, the C1 control characters and
+// invalid UTF-8 are escaped (\u007f, \u009b, \ufffd), so the line is safe on
+// a terminal.
+func JSONLine(header nats.Header, data []byte) ([]byte, error) {
+	env, err := event.DecodeMessage(header, data)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if ct, _, _ := strings.Cut(header.Get(event.HeaderContentType), ";"); strings.EqualFold(strings.TrimSpace(ct), event.ContentTypeCloudEvents) {
+		if err := json.Compact(&b, data); err != nil {
+			return nil, err
+		}
+	} else {
+		j, err := json.Marshal(structuredOf(&env))
+		if err != nil {
+			return nil, fmt.Errorf("binary-mode message: %w", err)
+		}
+		b.Write(j)
+	}
+	return escapeForTerminal(b.Bytes()), nil
+}
+
+// structured is a binary-mode event in structured form: relayd's attributes
+// in its order, absent ones left out.
+type structured struct {
+	SpecVersion        string          `json:"specversion"`
+	ID                 string          `json:"id"`
+	Source             string          `json:"source"`
+	Type               string          `json:"type"`
+	Subject            string          `json:"subject,omitempty"`
+	Time               string          `json:"time,omitempty"`
+	DataContentType    string          `json:"datacontenttype,omitempty"`
+	K8sCluster         string          `json:"k8scluster,omitempty"`
+	K8sAPIVersion      string          `json:"k8sapiversion,omitempty"`
+	K8sKind            string          `json:"k8skind,omitempty"`
+	K8sResource        string          `json:"k8sresource,omitempty"`
+	K8sNamespace       string          `json:"k8snamespace,omitempty"`
+	K8sName            string          `json:"k8sname,omitempty"`
+	K8sUID             string          `json:"k8suid,omitempty"`
+	K8sResourceVersion string          `json:"k8sresourceversion,omitempty"`
+	RelaydSource       string          `json:"relaydsource,omitempty"`
+	RelaydOrigin       string          `json:"relaydorigin,omitempty"`
+	RelaydEpoch        uint64          `json:"relaydepoch"`
+	RelaydPayload      string          `json:"relaydpayload,omitempty"`
+	RelaydOversize     bool            `json:"relaydoversize,omitempty"`
+	RelaydFinalUnknown bool            `json:"relaydfinalunknown,omitempty"`
+	RelaydDropped      string          `json:"relayddropped,omitempty"`
+	Data               json.RawMessage `json:"data,omitempty"`
+}
+
+func structuredOf(env *event.Envelope) structured {
+	s := structured{
+		SpecVersion: env.SpecVersion, ID: env.ID, Source: env.Source, Type: env.Type, Subject: env.Subject,
+		DataContentType: env.DataContentType, K8sCluster: env.K8sCluster, K8sAPIVersion: env.K8sAPIVersion,
+		K8sKind: env.K8sKind, K8sResource: env.K8sResource, K8sNamespace: env.K8sNamespace, K8sName: env.K8sName,
+		K8sUID: env.K8sUID, K8sResourceVersion: env.K8sResourceVersion, RelaydSource: env.RelaydSource,
+		RelaydOrigin: env.RelaydOrigin, RelaydEpoch: env.RelaydEpoch, RelaydPayload: env.RelaydPayload,
+		RelaydOversize: env.RelaydOversize, RelaydFinalUnknown: env.RelaydFinalUnknown, RelaydDropped: env.RelaydDropped,
+		Data: env.Data,
+	}
+	if !env.Time.IsZero() {
+		s.Time = env.Time.UTC().Format(event.TimeLayout)
+	}
+	return s
+}
+
+// escapeForTerminal escapes, in valid JSON, the characters JSON lets appear
+// raw inside strings that a terminal may act on: DEL and the C1 controls
+// (\u0080-\u009f, e.g. CSI), and bytes that are not UTF-8 (\ufffd). In
+// valid JSON they can only occur inside strings, where these escapes mean
+// the same character.
+func escapeForTerminal(b []byte) []byte {
+	clean := true
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == 0x7f || r >= 0x80 && r <= 0x9f || r == utf8.RuneError && n == 1 {
+			clean = false
+			break
+		}
+		i += n
+	}
+	if clean {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			out = append(out, `\ufffd`...)
+		case r == 0x7f || r >= 0x80 && r <= 0x9f:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		default:
+			out = append(out, b[i:i+n]...)
+		}
+		i += n
+	}
+	return out
 }
 
 func orDash(s string) string {

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	cebinding "github.com/cloudevents/sdk-go/v2/binding"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/relayd/relayd/internal/testutil"
+	"github.com/relayd/relayd/pkg/event"
+)
+
+// extensionName is CloudEvents' rule for attribute names (lower-case ASCII
+// letters and digits) with its recommended maximum of 20 characters.
+var extensionName = regexp.MustCompile(`^[a-z0-9]{1,20}$`)
+
+// checkStreams checks every message relayd stored on the lanes' streams:
+//   - CloudEvents sdk-go (its HTTP binding, which reads the same ce-*
+//     headers and the same structured form) decodes it, it validates, and
+//     every attribute and extension equals what pkg/event decodes;
+//   - extension names keep to the spec's 20 characters;
+//   - its structured form validates against docs/event.schema.json;
+//   - a full payload never carries the source's drop path (data["secret"]).
+func checkStreams(t *testing.T, js jetstream.JetStream, lanes []*lane) {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	schema, err := c.Compile(testutil.RepoRootT(t) + "/docs/event.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lanes {
+		s, err := js.Stream(t.Context(), l.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+			m, err := s.GetMsg(t.Context(), seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range checkMessage(t, schema, l.mode, m) {
+				seen[k]++
+			}
+		}
+		// Each kind of message the contract describes was checked.
+		for _, k := range []string{"added", "modified", "deleted", "sync.started", "sync.completed", "origin=initial", "origin=watch", "origin=resync", "relaydfinalunknown", "relayddropped"} {
+			if seen[k] == 0 {
+				t.Errorf("%s: no %s message on the stream to check (%v)", l.mode, k, seen)
+			}
+		}
+		t.Logf("%s: %d messages checked: %v", l.mode, info.State.Msgs, seen)
+	}
+}
+
+// checkMessage checks one message and returns what it was (for coverage).
+func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetstream.RawStreamMsg) []string {
+	t.Helper()
+	where := fmt.Sprintf("%s message %d (%s)", mode, m.Sequence, m.Subject)
+	env, err := event.DecodeMessage(m.Header, m.Data)
+	if err != nil {
+		t.Fatalf("%s: pkg/event: %v", where, err)
+	}
+	binary := m.Header.Get("Content-Type") != event.ContentTypeCloudEvents
+	if binary != (mode == "binary") {
+		t.Errorf("%s: Content-Type %q in %s mode", where, m.Header.Get("Content-Type"), mode)
+	}
+	h := http.Header{}
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	ce, err := cebinding.ToEvent(context.Background(), cehttp.NewMessage(h, io.NopCloser(bytes.NewReader(m.Data))))
+	if err != nil {
+		t.Fatalf("%s: sdk-go: %v", where, err)
+	}
+	if err := ce.Validate(); err != nil {
+		t.Errorf("%s: sdk-go Validate: %v", where, err)
+	}
+	attrs := map[string]string{
+		"specversion": env.SpecVersion, "id": env.ID, "source": env.Source, "type": env.Type, "subject": env.Subject,
+		"datacontenttype": env.DataContentType,
+	}
+	got := map[string]string{
+		"specversion": ce.SpecVersion(), "id": ce.ID(), "source": ce.Source(), "type": ce.Type(), "subject": ce.Subject(),
+		"datacontenttype": ce.DataContentType(),
+	}
+	for k, want := range attrs {
+		if got[k] != want {
+			t.Errorf("%s: sdk-go %s %q, pkg/event %q", where, k, got[k], want)
+		}
+	}
+	if !ce.Time().Equal(env.Time) {
+		t.Errorf("%s: sdk-go time %v, pkg/event %v", where, ce.Time(), env.Time)
+	}
+	if !jsonEqual(ce.Data(), env.Data) {
+		t.Errorf("%s: sdk-go data %s, pkg/event %s", where, ce.Data(), env.Data)
+	}
+	want := map[string]string{
+		"k8scluster": env.K8sCluster, "k8sapiversion": env.K8sAPIVersion, "k8skind": env.K8sKind, "k8sresource": env.K8sResource,
+		"k8snamespace": env.K8sNamespace, "k8sname": env.K8sName, "k8suid": env.K8sUID, "k8sresourceversion": env.K8sResourceVersion,
+		"relaydsource": env.RelaydSource, "relaydorigin": env.RelaydOrigin, "relaydepoch": strconv.FormatUint(env.RelaydEpoch, 10),
+		"relaydpayload": env.RelaydPayload, "relayddropped": env.RelaydDropped,
+	}
+	if env.RelaydOversize {
+		want["relaydoversize"] = "true"
+	}
+	if env.RelaydFinalUnknown {
+		want["relaydfinalunknown"] = "true"
+	}
+	for k, v := range want {
+		if v == "" {
+			delete(want, k) // absent, not empty
+		}
+	}
+	exts := map[string]string{}
+	for k, v := range ce.Extensions() {
+		exts[k] = fmt.Sprint(v)
+		if !extensionName.MatchString(k) {
+			t.Errorf("%s: extension name %q is not 1-20 lower-case letters and digits", where, k)
+		}
+	}
+	if fmt.Sprint(exts) != fmt.Sprint(want) {
+		t.Errorf("%s: sdk-go extensions\n %v\npkg/event\n %v", where, exts, want)
+	}
+
+	// The structured form: the body itself, or in binary mode the event
+	// sdk-go decoded, its integer and boolean extensions typed as the
+	// schema documents.
+	doc := m.Data
+	if binary {
+		var v map[string]any
+		b, err := json.Marshal(ce)
+		if err == nil {
+			err = json.Unmarshal(b, &v)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		for k, x := range v {
+			if s, ok := x.(string); ok && (k == "relaydepoch" || k == "relaydoversize" || k == "relaydfinalunknown") {
+				var typed any
+				if err := json.Unmarshal([]byte(s), &typed); err != nil {
+					t.Errorf("%s: %s %q: %v", where, k, s, err)
+				}
+				v[k] = typed
+			}
+		}
+		if doc, err = json.Marshal(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if err := schema.Validate(inst); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			err = errors.New(ve.Error())
+		}
+		t.Errorf("%s: does not validate against docs/event.schema.json: %v\n%s", where, err, doc)
+	}
+
+	var kinds []string
+	if env.K8sUID == "" {
+		_, phase, _ := strings.Cut(env.Type, ".source.")
+		return append(kinds, phase)
+	}
+	kinds = append(kinds, env.Type[strings.LastIndexByte(env.Type, '.')+1:], "origin="+env.RelaydOrigin)
+	if env.RelaydFinalUnknown {
+		kinds = append(kinds, "relaydfinalunknown")
+	}
+	if env.RelaydDropped != "" {
+		kinds = append(kinds, "relayddropped")
+	}
+	if env.RelaydPayload == "full" {
+		var obj struct {
+			Data map[string]string `json:"data"`
+		}
+		if err := json.Unmarshal(env.Data, &obj); err != nil {
+			t.Errorf("%s: data: %v", where, err)
+		}
+		if _, ok := obj.Data["secret"]; ok {
+			t.Errorf("%s: the drop path data[\"secret\"] is in the payload", where)
+		}
+	}
+	return kinds
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return fmt.Sprint(x) == fmt.Sprint(y)
+}

@@ -1,0 +1,162 @@
+// Command consumer is an example of a consumer that follows relayd's
+// consumer contract (docs/CONSUMING.md): a durable JetStream consumer that
+// keeps a materialized view of the cluster's objects (uid → object) in a
+// JetStream key-value bucket.
+//
+//   - Messages are decoded in either CloudEvents mode (pkg/event).
+//   - The view is keyed by (source, uid); an event is applied only if its
+//     resourceVersion is newer than the held one (a delete: newer or
+//     equal), and deletes leave tombstones, so duplicates, replays and
+//     redeliveries are harmless ([Decide]).
+//   - A sync.completed of reason index-lost (or initial, over objects the
+//     view holds) is reconciled against a LIST of the cluster, when a
+//     kubeconfig is given.
+//   - A message is acknowledged only after the view stored its effect.
+//
+// Usage:
+//
+//	consumer --server nats://127.0.0.1:4222 --stream K8S --subject 'k8s.demo.>' [--kubeconfig FILE]
+//
+// It prints one line per applied message. `make sandbox` starts servers and
+// relayd to try it against.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type subjects []string
+
+func (s *subjects) String() string     { return strings.Join(*s, ",") }
+func (s *subjects) Set(v string) error { *s = append(*s, v); return nil }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	server := fs.String("server", nats.DefaultURL, "NATS server URL")
+	creds := fs.String("creds", "", "NATS credentials file (.creds)")
+	stream := fs.String("stream", "K8S", "relayd's event stream")
+	durable := fs.String("durable", "example-consumer", "name of the durable JetStream consumer")
+	bucket := fs.String("bucket", "example-view", "key-value bucket holding the view")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for reconciling after relayd lost its index (optional)")
+	var subs subjects
+	fs.Var(&subs, "subject", "filter subject, repeatable (default: the whole stream)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	opts := []nats.Option{nats.Name("relayd-example-consumer"), nats.MaxReconnects(-1)}
+	if *creds != "" {
+		opts = append(opts, nats.UserCredentials(*creds))
+	}
+	nc, err := nats.Connect(*server, opts...)
+	if err != nil {
+		fmt.Fprintln(stderr, "consumer: connect:", err)
+		return 1
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintln(stderr, "consumer:", err)
+		return 1
+	}
+	view, err := OpenView(ctx, js, *bucket)
+	if err != nil {
+		fmt.Fprintln(stderr, "consumer:", err)
+		return 1
+	}
+	o := Options{JS: js, Stream: *stream, Durable: *durable, Subjects: subs, View: view, Log: log,
+		Applied: func(a Applied) { fmt.Fprintln(stdout, describe(a)) }}
+	if *kubeconfig != "" {
+		if o.Lister, err = NewLister(*kubeconfig); err != nil {
+			fmt.Fprintln(stderr, "consumer:", err)
+			return 1
+		}
+	}
+	if err := Run(ctx, o); err != nil {
+		fmt.Fprintln(stderr, "consumer:", err)
+		return 1
+	}
+	return 0
+}
+
+// describe renders an applied message as one line.
+func describe(a Applied) string {
+	e := a.Event
+	if a.Gap != "" {
+		return fmt.Sprintf("%d sync.completed source=%s epoch=%d reason=%s reconciled=%d", a.Seq, e.RelaydSource, e.RelaydEpoch, a.Gap, a.Reconciled)
+	}
+	if e.K8sUID == "" {
+		return fmt.Sprintf("%d %s source=%s epoch=%d", a.Seq, e.Type, e.RelaydSource, e.RelaydEpoch)
+	}
+	name := e.K8sName
+	if e.K8sNamespace != "" {
+		name = e.K8sNamespace + "/" + name
+	}
+	return fmt.Sprintf("%d %-6s %s %s %s rv=%s origin=%s", a.Seq, a.Action, e.Type[strings.LastIndexByte(e.Type, '.')+1:], e.K8sKind, name, e.K8sResourceVersion, e.RelaydOrigin)
+}
+
+// dynLister is a Lister over client-go's dynamic client.
+type dynLister struct{ dyn dynamic.Interface }
+
+// NewLister returns a Lister that lists with the kubeconfig's credentials.
+func NewLister(kubeconfig string) (Lister, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return dynLister{dyn}, nil
+}
+
+func (l dynLister) ListUIDs(ctx context.Context, apiVersion, resource, namespace, minRV string) (map[string]bool, error) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.ListOptions{Limit: 500}
+	if minRV != "" {
+		opts.ResourceVersion, opts.ResourceVersionMatch = minRV, metav1.ResourceVersionMatchNotOlderThan
+	}
+	uids := map[string]bool{}
+	for {
+		list, err := l.dyn.Resource(gv.WithResource(resource)).Namespace(namespace).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range list.Items {
+			uids[string(it.GetUID())] = true
+		}
+		if list.GetContinue() == "" {
+			return uids, nil
+		}
+		opts = metav1.ListOptions{Limit: 500, Continue: list.GetContinue()}
+	}
+}
