@@ -676,7 +676,7 @@ func TestDiscardDropsUnwrittenProgress(t *testing.T) {
 
 // A replica cut off from the apiserver loses its Lease while a write is
 // under way; when the partition heals, that write's conflict retry must
-// not put the old position over the new owner's (README "High
+// not put the old position over the new owner's (docs/DEPLOY.md, "High
 // availability and sharding": a replica that lost a source never moves its
 // checkpoint back).
 func TestDiscardDuringAConflictedWriteLeavesTheNewOwnersPosition(t *testing.T) {

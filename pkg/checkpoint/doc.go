@@ -1,6 +1,6 @@
 // Package checkpoint stores relayd's position in each watch — a
 // resourceVersion per (source, namespace) — in one ConfigMap, so that a
-// restart or a fail-over resumes where relayd stopped (README.md, "Delivery guarantees").
+// restart or a fail-over resumes where relayd stopped (docs/GUARANTEES.md, "Delivery guarantees").
 //
 // # The invariant
 //

@@ -1,4 +1,4 @@
-// Package metrics defines relayd's Prometheus metrics (README.md, "Metrics"). They are
+// Package metrics defines relayd's Prometheus metrics (docs/OPERATIONS.md, "Metrics"). They are
 // registered on a registry the caller passes in (never the global one), all
 // carry the relayd_ prefix and base units, and their only per-source label is
 // the source name from the config — never an object name — so cardinality is

@@ -29,7 +29,7 @@ import (
 
 // Backpressure and memory bounds, shown on the relayd binary (its RSS is
 // its own) against a real apiserver and a nats-server that is stopped while
-// changes keep coming: see README "Guarantees" (backpressure, not loss) and
+// changes keep coming: see docs/GUARANTEES.md (backpressure, not loss) and
 // the nats.maxInFlight* keys.
 
 // served is a relayd binary with its metrics and probes on a known address.
@@ -360,7 +360,7 @@ func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
 	if tracked > 1+8+1 {
 		t.Errorf("relayd_tracked_objects = %v while NATS is down with a window of 8: the watch was read ahead", tracked)
 	}
-	// No retries while NATS is down (README "Memory is bounded by bytes"):
+	// No retries while NATS is down (docs/CONFIGURATION.md, "Memory is bounded by bytes"):
 	// each would add a copy to the client's reconnect buffer. Once the
 	// first timeout is counted, the publish errors stop growing; a retry
 	// would time out again within publishTimeout (10 s) plus its backoff.

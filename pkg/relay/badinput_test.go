@@ -603,7 +603,7 @@ func TestRBACRevokedMidRun(t *testing.T) {
 	if v := metricValue(t, r.reg, "relayd_source_up", map[string]string{"source": "cms"}); v != 0 {
 		t.Errorf("relayd_source_up{cms} = %v while forbidden, want 0", v)
 	}
-	// /readyz is about start-up (README "Operations": ready once every source's first watch is
+	// /readyz is about start-up (docs/OPERATIONS.md, "Operations": ready once every source's first watch is
 	// established); a source refused later is reported by relayd_source_up,
 	// relayd_watch_restarts_total and the log above, and relayd stays ready.
 	if err := r.readyErr(); err != nil {

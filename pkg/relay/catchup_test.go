@@ -164,8 +164,8 @@ func TestIndexIsCaughtUpWhenOnlyTheCheckpointIsLost(t *testing.T) {
 // TestQuietSourceCheckpointsARecentStreamSeq: the stream sequence a
 // checkpoint carries follows every source's PubAcks, not only its own
 // source's, so a source that changes rarely does not make a restart read
-// the stream from its last own message (README, "How a gap is
-// recovered").
+// the stream from its last own message (docs/GUARANTEES.md, "How a
+// gap is recovered").
 func TestQuietSourceCheckpointsARecentStreamSeq(t *testing.T) {
 	f := newFixture(t, env, natsSrv, `
   - name: busy

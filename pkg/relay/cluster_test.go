@@ -20,7 +20,7 @@ import (
 	"github.com/relayd/relayd/internal/testenv"
 )
 
-// JetStream clusters (README "Delivery guarantees": effectively once across
+// JetStream clusters (docs/GUARANTEES.md, "Delivery guarantees": effectively once across
 // restarts, backpressure rather than loss): relayd publishes to a stream and
 // keeps its index in a bucket, both with 3 replicas on three clustered
 // nats-servers, while servers are stopped under load.

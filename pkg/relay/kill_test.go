@@ -141,8 +141,8 @@ func kill9BetweenWrites(t *testing.T, e *testenv.Env) {
 	if kills < 2 {
 		t.Errorf("only %d kills happened; the test did not exercise restarts", kills)
 	}
-	// Every restart resumed from the checkpoint (README "Delivery
-	// guarantees"): one list in all, the first run's snapshot; the other
+	// Every restart resumed from the checkpoint (docs/GUARANTEES.md,
+	// "Delivery guarantees"): one list in all, the first run's snapshot; the other
 	// runs watched from a resourceVersion.
 	l := relaydRequests(t, e, "configmaps", f.ns)
 	t.Logf("Kubernetes %s, relayd's requests: %v", e.Version(), l)

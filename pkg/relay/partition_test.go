@@ -33,7 +33,7 @@ import (
 // apiserver (not a crash: the process, its NATS connection and its watches'
 // TCP connections stay up) while it holds half of the sources, and checks
 // the exclusivity promised in pkg/shard's documentation ("Exclusivity") and
-// README.md ("High availability and sharding") at the relayd level, where
+// docs/DEPLOY.md ("High availability and sharding") at the relayd level, where
 // JetStream's duplicate window would otherwise hide a source run twice at
 // once:
 //
@@ -47,7 +47,7 @@ import (
 //     latest moment A's watchdog can count from;
 //   - over the whole run (start, partition, heal and rebalance, graceful
 //     stops) no replica publishes for a source outside its own tenure, and
-//     no checkpoint key ever moves back (README.md, "Never twice at once":
+//     no checkpoint key ever moves back (docs/DEPLOY.md, "Never twice at once":
 //     a replica that lost a Lease must not write that source's checkpoint
 //     over the new holder's), as the test's own watch of the checkpoint
 //     ConfigMap sees it;
@@ -303,7 +303,7 @@ sharding:
 		lastRV[m.Env.K8sUID] = rv
 	}
 
-	// No checkpoint moved back: README.md ("High availability and
+	// No checkpoint moved back: docs/DEPLOY.md ("High availability and
 	// sharding", "Never twice at once") promises that a replica that lost a
 	// Lease does not write the source's checkpoint, so that it cannot move
 	// the new holder's position back.

@@ -8,7 +8,7 @@
 // Every watch runs in its own goroutine under a supervisor that restarts it
 // with backoff, recovers panics (counted and logged with the stack), and
 // never lets one source stop the others. Run also serves /metrics, /healthz
-// and /readyz, and performs the graceful shutdown sequence of the README's "Operations".
+// and /readyz, and performs the graceful shutdown sequence of docs/OPERATIONS.md, "Operations".
 package relay
 
 import (
@@ -222,7 +222,7 @@ func (r *relay) fail(err error) {
 	}
 }
 
-// shutdown is the README's "Operations" shutdown: readiness off, stop watches, drain in-flight
+// shutdown is docs/OPERATIONS.md's "Operations" shutdown: readiness off, stop watches, drain in-flight
 // publishes, write the final checkpoint (each source does the last three as
 // it stops; the HTTP servers stop last, in Run's deferred call).
 func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup) {

@@ -40,7 +40,7 @@ func forEachVersionStarted(t *testing.T, opts testenv.Options, body func(t *test
 }
 
 // versionTraits is what each version's apiserver does by default where
-// relayd's protocol depends on it (README "Running it": the streaming list,
+// relayd's protocol depends on it (docs/OPERATIONS.md, "Watches": the streaming list,
 // or a paginated LIST where it is refused). A new version gets a row after
 // checking its feature defaults: TestVersionTraits fails until then.
 var versionTraits = map[string]struct {

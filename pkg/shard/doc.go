@@ -1,5 +1,5 @@
 // Package shard spreads relayd's sources over its replicas with one
-// coordination.k8s.io/v1 Lease per source (README.md, "High availability and sharding").
+// coordination.k8s.io/v1 Lease per source (docs/DEPLOY.md, "High availability and sharding").
 //
 // A [Sharder] runs a source (Options.Run) only while its replica holds the
 // source's Lease, hands sources over gracefully when the replica stops or

@@ -1,7 +1,7 @@
 // Package observability holds the tests of relayd's monitoring artefacts:
 // the Grafana dashboard (deploy/grafana), the alert rules (deploy/prometheus),
 // the kustomize monitoring component (deploy/monitoring) and the metrics
-// reference table in the README. They run against real servers: etcd,
+// reference table in docs/OPERATIONS.md. They run against real servers: etcd,
 // kube-apiserver and NATS from internal/testenv, relayd in-process, and a real
 // Prometheus (Debian's prometheus package; `make prometheus-bin`).
 //

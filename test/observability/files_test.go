@@ -309,8 +309,9 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// TestReadmeAlertTable keeps the README's alert table in step with the rules.
-func TestReadmeAlertTable(t *testing.T) {
+// TestOperationsAlertTable keeps the alert table in docs/OPERATIONS.md's
+// "## Metrics" section in step with the rules.
+func TestOperationsAlertTable(t *testing.T) {
 	var rf ruleGroups
 	if err := yaml.Unmarshal(repoFile(t, rulesFile), &rf); err != nil {
 		t.Fatal(err)
@@ -329,12 +330,12 @@ func TestReadmeAlertTable(t *testing.T) {
 	got := map[string]string{}
 	for _, cells := range readmeTable(t, "| alert | severity | fires when |") {
 		if len(cells) != 3 {
-			t.Errorf("README alert row %v: want 3 cells", cells)
+			t.Errorf("docs/OPERATIONS.md alert row %v: want 3 cells", cells)
 			continue
 		}
 		got[strings.Trim(cells[0], "`")] = cells[1]
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("README alert table %v, rules %v", got, want)
+		t.Errorf("docs/OPERATIONS.md alert table %v, rules %v", got, want)
 	}
 }

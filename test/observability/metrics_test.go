@@ -14,18 +14,18 @@ import (
 	"github.com/relayd/relayd/pkg/metrics"
 )
 
-// metricRow is one row of the README's metrics table.
+// metricRow is one row of docs/OPERATIONS.md's metrics table.
 type metricRow struct {
 	Type   string
 	Labels []string
 }
 
 // readmeTable returns the rows (cells trimmed) of the table with the given
-// header in the README's "## Metrics" section.
+// header in docs/OPERATIONS.md's "## Metrics" section.
 func readmeTable(t *testing.T, header string) [][]string {
 	t.Helper()
 	var rows [][]string
-	sc := bufio.NewScanner(bytes.NewReader(repoFile(t, "README.md")))
+	sc := bufio.NewScanner(bytes.NewReader(repoFile(t, "docs/OPERATIONS.md")))
 	inSection, inTable := false, false
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -57,7 +57,7 @@ func readmeTable(t *testing.T, header string) [][]string {
 		t.Fatal(err)
 	}
 	if len(rows) == 0 {
-		t.Fatalf("README: no table %q in the \"## Metrics\" section", header)
+		t.Fatalf("docs/OPERATIONS.md: no table %q in the \"## Metrics\" section", header)
 	}
 	return rows
 }
@@ -68,12 +68,12 @@ func readmeMetrics(t *testing.T) map[string]metricRow {
 	out := map[string]metricRow{}
 	for _, cells := range readmeTable(t, "| name | type | labels | meaning |") {
 		if len(cells) != 4 {
-			t.Errorf("README metrics row has %d cells, want 4 (name, type, labels, meaning): %v", len(cells), cells)
+			t.Errorf("docs/OPERATIONS.md metrics row has %d cells, want 4 (name, type, labels, meaning): %v", len(cells), cells)
 			continue
 		}
 		name := strings.Trim(cells[0], "`")
 		if _, dup := out[name]; dup {
-			t.Errorf("README lists %s twice", name)
+			t.Errorf("docs/OPERATIONS.md lists %s twice", name)
 		}
 		var labels []string
 		if l := cells[2]; l != "–" && l != "-" && l != "" {
@@ -83,7 +83,7 @@ func readmeMetrics(t *testing.T) map[string]metricRow {
 		}
 		sort.Strings(labels)
 		if cells[3] == "" {
-			t.Errorf("README: %s has no meaning", name)
+			t.Errorf("docs/OPERATIONS.md: %s has no meaning", name)
 		}
 		out[name] = metricRow{Type: cells[1], Labels: labels}
 	}
@@ -131,19 +131,19 @@ func TestMetricsTableMatchesRegistry(t *testing.T) {
 	for name, g := range got {
 		d, ok := doc[name]
 		if !ok {
-			t.Errorf("README metrics table lacks %s (%s, labels %v)", name, g.Type, g.Labels)
+			t.Errorf("docs/OPERATIONS.md metrics table lacks %s (%s, labels %v)", name, g.Type, g.Labels)
 			continue
 		}
 		if d.Type != g.Type {
-			t.Errorf("%s: README says %s, registry has %s", name, d.Type, g.Type)
+			t.Errorf("%s: docs/OPERATIONS.md says %s, registry has %s", name, d.Type, g.Type)
 		}
 		if !slices.Equal(d.Labels, g.Labels) {
-			t.Errorf("%s: README labels %v, registry has %v", name, d.Labels, g.Labels)
+			t.Errorf("%s: docs/OPERATIONS.md labels %v, registry has %v", name, d.Labels, g.Labels)
 		}
 	}
 	for name := range doc {
 		if _, ok := got[name]; !ok {
-			t.Errorf("README lists %s, which the registry does not expose", name)
+			t.Errorf("docs/OPERATIONS.md lists %s, which the registry does not expose", name)
 		}
 	}
 

@@ -2,7 +2,7 @@
 // in a fault-injection run (the writes a writer made, the changes an
 // independent reference watch saw, every message on the JetStream stream,
 // a final consistent LIST, sampled checkpoints) and checks the stream
-// against the README's "Delivery guarantees":
+// against docs/GUARANTEES.md, "Delivery guarantees":
 //
 //   - every reference change (uid, resourceVersion) is on the stream at
 //     least once, unless a resync (sync.started/sync.completed) covers it;
