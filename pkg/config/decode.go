@@ -16,10 +16,12 @@ import (
 // few hundred visits; one with a thousand sources, a few tens of thousands.
 const maxVisits = 200_000
 
-// walker decodes a yaml.Node tree into a Config by reflection, mirroring
-// go.yaml.in/yaml/v3's decoding rules, and records what the yaml package
+// walker decodes a yaml.Node tree into a Config by reflection, following
+// go.yaml.in/yaml/v3's decoding rules (FuzzParse checks that it agrees with
+// the yaml package's strict decoder), and records what the yaml package
 // would only report as one flat error: every unknown or duplicate key,
-// every type mismatch, each with its key path and line. It also records the
+// every type mismatch, each with its key path and line. It is relayd's only
+// decoder of a config document. It also records the
 // line of every key and list item, so that validation problems found later
 // can point into the file.
 type walker struct {

@@ -21,7 +21,6 @@ import (
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
-	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
 )
@@ -95,74 +94,55 @@ func (r *relay) loadIndex(ctx context.Context, w *watch) (relist string, err err
 				return "", err
 			}
 		}
-		relist = metrics.ReasonIndexLost
 	} else if err != nil {
 		return "", err
 	}
 	first := w.idx == nil
 	w.idx, w.ixGen = x, gen.ID
-	if first {
-		defer func() {
-			if err != nil {
-				// The first load decides the relist, the epoch floor and
-				// the catch-up: a retry after a failure (a NATS timeout,
-				// a refused request) must do all of it again, not take
-				// the reload path.
-				w.idx, w.ixGen = nil, ""
-			}
-		}()
-	}
 	w.setTracked(x.Len())
+	if !first {
+		// Resumes from the watermark; the bucket holds every acked write.
+		w.log.Info("object index loaded", zap.Int("objects", n), zap.String("bucket", b.Name()))
+		return "", nil
+	}
+	defer func() {
+		if err != nil {
+			// The first load decides the relist, the epoch floor and the
+			// catch-up: a retry after a failure (a NATS timeout, a refused
+			// request) must do all of it again, not take the reload path.
+			w.idx, w.ixGen = nil, ""
+		}
+	}()
 	pos, hasCP := r.store.Get(w.key)
-	switch {
-	case !first:
-		relist = "" // resumes from the watermark; the bucket holds every acked write
-	case relist != "":
-	case hasCP && pos.Index == nil:
-		w.log.Warn("the checkpoint predates the object index; relisting once to build it (sync markers tell consumers)")
-		relist = metrics.ReasonIndexLost
-	case hasCP && pos.Index.Generation != gen.ID:
-		w.log.Warn("the index bucket is not the one the checkpoint was written with (deleted or recreated); relisting: deletes during the downtime may be missing, which the sync markers' reason (index-lost) says",
-			zap.String("checkpointGeneration", pos.Index.Generation), zap.String("bucketGeneration", gen.ID))
-		relist = metrics.ReasonIndexLost
-	case hasCP && gen.LastSeq < pos.Index.Seq:
-		w.log.Warn("the index bucket is behind the checkpoint (restored or lost writes); relisting: deletes during the downtime may be missing, which the sync markers' reason (index-lost) says",
-			zap.Uint64("checkpointSeq", pos.Index.Seq), zap.Uint64("bucketLastSeq", gen.LastSeq))
-		relist = metrics.ReasonIndexLost
-	case hasCP:
-		w.ixSeqFloor = pos.Index.Seq
-	case n > 0:
-		relist = metrics.ReasonNoCheckpoint
+	in := index.Recovery{Corrupt: corrupt != nil, Loaded: n, Bucket: gen, HasCheckpoint: hasCP, StreamSeq: pos.StreamSeq}
+	if pos.Index != nil {
+		in.CheckpointIndex = &index.Ref{Generation: pos.Index.Generation, Seq: pos.Index.Seq}
 	}
-	if first {
-		// Keep relaydepoch increasing when the checkpoint is gone, and
-		// when it is behind: the bucket records the epoch with every
-		// sync.started, the checkpoint only when the watermark moves, so
-		// after a crash during or right after a relist the bucket is
-		// ahead. Reusing that epoch would give the next relist's sync
-		// markers the crashed run's Nats-Msg-Ids, and JetStream would
-		// drop them as duplicates: a gap without markers.
-		if w.epochFloor, err = b.Epoch(ctx, w.ixPrefix); err != nil {
-			return "", err
+	plan := index.PlanRecovery(in)
+	if plan.Why != "" && corrupt == nil { // corrupt entries are logged above
+		fields := []zap.Field{zap.String("bucketGeneration", gen.ID), zap.Uint64("bucketLastSeq", gen.LastSeq)}
+		if pos.Index != nil {
+			fields = append(fields, zap.String("checkpointGeneration", pos.Index.Generation), zap.Uint64("checkpointSeq", pos.Index.Seq))
 		}
-		from := uint64(0) // no catch-up
-		switch {
-		case relist == metrics.ReasonIndexLost:
-			// The bucket is rebuilt by a full, marked resync.
-		case hasCP && pos.StreamSeq > 0:
-			from = pos.StreamSeq
-		case hasCP || relist == metrics.ReasonNoCheckpoint:
-			// The bucket is kept but nothing bounds the stream messages
-			// it may lack (the checkpoint is gone, or predates stream
-			// sequences): read the whole stream, once. The list that
-			// follows compares with the index, so it must be complete.
-			w.log.Info("no stream sequence to catch the object index up from; reading the whole event stream")
-			from = 1
-		}
-		if err := r.catchUpIndex(ctx, w, from); err != nil {
-			return "", fmt.Errorf("catching the index up with stream %q: %w", r.cfg.NATS.Stream.Name, err)
-		}
+		w.log.Warn(plan.Why, fields...)
 	}
+	w.ixSeqFloor = plan.SeqFloor
+	// Keep relaydepoch increasing when the checkpoint is gone, and when it
+	// is behind: the bucket records the epoch with every sync.started, the
+	// checkpoint only when the watermark moves, so after a crash during or
+	// right after a relist the bucket is ahead. Reusing that epoch would
+	// give the next relist's sync markers the crashed run's Nats-Msg-Ids,
+	// and JetStream would drop them as duplicates: a gap without markers.
+	if w.epochFloor, err = b.Epoch(ctx, w.ixPrefix); err != nil {
+		return "", err
+	}
+	if plan.WholeStream {
+		w.log.Info("no stream sequence to catch the object index up from; reading the whole event stream")
+	}
+	if err := r.catchUpIndex(ctx, w, plan.CatchUpFrom); err != nil {
+		return "", fmt.Errorf("catching the index up with stream %q: %w", r.cfg.NATS.Stream.Name, err)
+	}
+	relist = plan.Relist
 	w.log.Info("object index loaded", zap.Int("objects", n), zap.String("bucket", b.Name()), zap.String("relist", relist))
 	return relist, nil
 }
