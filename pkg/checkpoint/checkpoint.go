@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/relayd/relayd/internal/failpoint"
+	relaydretry "github.com/relayd/relayd/internal/retry"
 )
 
 // Defaults for the zero values of [Options].
@@ -629,7 +630,7 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 func (s *Store) Run(ctx context.Context) {
 	t := time.NewTicker(s.flushInt)
 	defer t.Stop()
-	failures := 0
+	failures := relaydretry.NewFailures(s.log, "checkpoint write failed; retrying on the next tick")
 	for {
 		select {
 		case <-ctx.Done():
@@ -641,16 +642,11 @@ func (s *Store) Run(ctx context.Context) {
 		cancel()
 		switch {
 		case err == nil:
-			if failures > 0 {
-				s.log.Info("checkpoint write succeeded again", zap.Int("failedAttempts", failures))
-			}
-			failures = 0
+			failures.OK()
 		case ctx.Err() != nil:
 			return
 		default:
-			failures++
-			s.log.Error("checkpoint write failed; retrying on the next tick", zap.Error(err),
-				zap.Int("consecutiveFailures", failures), zap.Duration("flushInterval", s.flushInt))
+			failures.Fail(err, zap.Duration("flushInterval", s.flushInt))
 		}
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/config"
 )
 
@@ -96,10 +97,8 @@ func (c *Conn) Dial(ctx context.Context) (*nats.Conn, error) {
 			return nc, nil
 		}
 		c.fail("cannot connect to NATS; retrying", err)
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, backoff.Step()) {
 			return nil, ctx.Err()
-		case <-time.After(backoff.Step()):
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
@@ -41,11 +42,13 @@ func (r *relay) openIndex(ctx context.Context) {
 		o.Storage = jetstream.MemoryStorage
 	}
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 30 * time.Second}
+	failures := retry.NewFailures(r.log, "cannot open the index bucket; sources wait")
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		b, err := index.Open(cctx, r.js, o)
 		cancel()
 		if err == nil {
+			failures.OK(zap.String("bucket", b.Name()))
 			if !b.ExpiringMarkers() {
 				r.log.Warn("the index bucket does not allow per-message TTLs: every deleted object leaves a small delete marker in it for good (create the bucket with a limit marker TTL, or let relayd create it)",
 					zap.String("bucket", b.Name()))
@@ -58,11 +61,9 @@ func (r *relay) openIndex(ctx context.Context) {
 			return
 		}
 		r.indexErr.Store(err.Error())
-		r.log.Error("cannot open the index bucket; sources wait", zap.String("bucket", ix.Bucket), zap.Error(err))
-		select {
-		case <-ctx.Done():
+		failures.Fail(err, zap.String("bucket", ix.Bucket))
+		if !retry.Sleep(ctx, backoff.Step()) {
 			return
-		case <-time.After(backoff.Step()):
 		}
 	}
 }

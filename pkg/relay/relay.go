@@ -34,6 +34,7 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/index"
@@ -391,10 +392,8 @@ func (r *relay) watchStream(ctx context.Context) {
 			}
 			lastWarn = w
 		}
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, next) {
 			return
-		case <-time.After(next):
 		}
 	}
 }
@@ -408,23 +407,24 @@ func (r *relay) loadCheckpoints(ctx context.Context) {
 	}
 }
 
-// readCheckpoints reads the checkpoint ConfigMap, retrying with backoff and
-// logging msg on each failure, until it succeeds (true) or ctx ends.
+// readCheckpoints reads the checkpoint ConfigMap, retrying with backoff
+// until it succeeds (true) or ctx ends; msg is logged when the failures
+// start, summarised while they last, and when they end (retry.Failures).
 func (r *relay) readCheckpoints(ctx context.Context, msg string, fields ...zap.Field) bool {
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
+	failures := retry.NewFailures(r.log, msg)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := r.store.Load(cctx)
 		cancel()
 		if err == nil {
+			failures.OK(fields...)
 			r.checkpointsOK.Store(true)
 			return true
 		}
-		r.log.Error(msg, append(fields, zap.Error(err))...)
-		select {
-		case <-ctx.Done():
+		failures.Fail(err, fields...)
+		if !retry.Sleep(ctx, backoff.Step()) {
 			return false
-		case <-time.After(backoff.Step()):
 		}
 	}
 }

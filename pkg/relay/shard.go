@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/shard"
 )
@@ -27,6 +28,7 @@ func (r *relay) runSharded(ctx context.Context) {
 		names[i] = r.cfg.Sources[i].Name
 	}
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
+	failures := retry.NewFailures(r.log, "sharding cannot start; no source runs on this replica; retrying")
 	for {
 		s, err := shard.New(shard.Options{
 			Client: r.leases, Namespace: r.cfg.Checkpoint.Namespace, Identity: id, Sources: names,
@@ -35,7 +37,7 @@ func (r *relay) runSharded(ctx context.Context) {
 			Logger:    r.log.Named("shard"),
 			Run:       r.runShard,
 			OnLeading: func(source string, leading bool) { r.m.SourceLeader.WithLabelValues(source).Set(b2f(leading)) },
-			OnStarted: func() { r.shardErr.Store("") },
+			OnStarted: func() { r.shardErr.Store(""); failures.OK(zap.String("identity", id)) },
 		})
 		if err == nil {
 			err = s.Run(ctx)
@@ -48,11 +50,9 @@ func (r *relay) runSharded(ctx context.Context) {
 		}
 		r.shardErr.Store(err.Error())
 		d := backoff.Step()
-		r.log.Error("sharding cannot start; no source runs on this replica; retrying", zap.String("identity", id), zap.Duration("in", d), zap.Error(err))
-		select {
-		case <-ctx.Done():
+		failures.Fail(err, zap.String("identity", id), zap.Duration("in", d))
+		if !retry.Sleep(ctx, d) {
 			return
-		case <-time.After(d):
 		}
 	}
 }

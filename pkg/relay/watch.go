@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/relayd/relayd/internal/failpoint"
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
@@ -179,10 +180,8 @@ func (r *relay) supervise(ctx context.Context, w *watch) {
 		}
 		d := backoff.Step()
 		w.log.Error("source stopped; restarting", zap.Error(err), zap.Duration("in", d))
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, d) {
 			return
-		case <-time.After(d):
 		}
 	}
 }
@@ -212,10 +211,8 @@ func (r *relay) runOnce(ctx context.Context, w *watch) (err error) {
 		}
 	}()
 	for !r.checkpointsOK.Load() || !r.nc.IsConnected() || r.bucket.Load() == nil {
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, 100*time.Millisecond) {
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	if !w.resolved {

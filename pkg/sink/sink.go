@@ -44,10 +44,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/semaphore"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/relayd/relayd/internal/failpoint"
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/metrics"
 )
@@ -208,6 +210,7 @@ type Pipeline struct {
 	s         *Sink
 	source    string
 	log       *zap.Logger
+	failures  *retry.Failures // "publish failed; retrying": logged when a run of failures starts, summarised, and when an ack ends it
 	onAdvance func(Advance)
 	slots     chan struct{}       // window: one token per entry not yet done
 	bytes     *semaphore.Weighted // the pipeline's byte budget
@@ -256,6 +259,7 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 		dups:     s.o.Metrics.Duplicates.WithLabelValues(source),
 		events:   map[eventKey]prometheus.Counter{},
 	}
+	p.failures = retry.NewFailures(p.log, "publish failed; retrying (the watch is paused meanwhile)", retry.AtLevel(zapcore.WarnLevel))
 	for _, t := range []event.Type{event.Added, event.Modified, event.Deleted} {
 		for _, o := range []event.Origin{event.OriginWatch, event.OriginInitial, event.OriginResync} {
 			p.events[eventKey{t, o}] = s.o.Metrics.Events.WithLabelValues(source, string(t), string(o))
@@ -543,7 +547,7 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.Pub
 				p.mu.Unlock()
 				onAck(ack)
 				if attempt > 0 {
-					p.log.Info("publish recovered", zap.String("subject", m.Subject), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
+					p.failures.OK(zap.String("subject", m.Subject), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
 				}
 				return true
 			case err = <-(*f).Err():
@@ -552,10 +556,8 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.Pub
 				return false
 			}
 		}
-		if err != nil && (attempt == 0 || attempt%20 == 0) {
-			p.log.Warn("publish failed; retrying (the watch is paused meanwhile)",
-				zap.String("subject", m.Subject), zap.String("msgId", m.MsgID),
-				zap.Int("attempt", attempt+1), zap.Error(err))
+		if err != nil {
+			p.failures.Fail(err, zap.String("subject", m.Subject), zap.String("msgId", m.MsgID), zap.Int("attempt", attempt+1))
 		}
 		select {
 		case <-time.After(backoff.Step()):

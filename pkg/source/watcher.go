@@ -46,12 +46,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/metrics"
 )
@@ -146,6 +148,10 @@ type Watcher struct {
 	o          Options
 	log        *zap.Logger
 	apiVersion string // o.Resource.APIVersion()
+	// failures logs "watch failed; retrying" when a run of failures starts,
+	// summarised while it lasts; a watch that is established ends it. Set
+	// by Run.
+	failures *retry.Failures
 
 	// Per-frame metric children, resolved once.
 	lastEvent, lastBookmark prometheus.Gauge
@@ -199,13 +205,14 @@ func New(o Options) (*Watcher, error) {
 	if o.OnState == nil {
 		o.OnState = func(bool) {}
 	}
-	return &Watcher{
+	w := &Watcher{
 		o: o, log: o.Logger.With(zap.String("source", o.Source), zap.String("namespace", o.Namespace)),
 		apiVersion:   o.Resource.APIVersion(),
 		lastEvent:    o.Metrics.LastEvent.WithLabelValues(o.Source),
 		lastBookmark: o.Metrics.LastBookmark.WithLabelValues(o.Source),
 		bookmarks:    o.Metrics.Bookmarks.WithLabelValues(o.Source),
-	}, nil
+	}
+	return w, nil
 }
 
 // Position is the last resourceVersion read and the current epoch.
@@ -231,6 +238,7 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 	}
 	w.mu.Unlock()
 	defer w.o.OnState(false)
+	w.failures = retry.NewFailures(w.log, "watch failed; retrying", retry.AtLevel(zapcore.WarnLevel))
 
 	backoff := w.o.Backoff
 	for {
@@ -297,7 +305,7 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			} else if isConnErr(err) {
 				reason = metrics.ReasonClosed
 			}
-			w.log.Warn("watch failed; retrying", zap.String("reason", reason), zap.Error(err))
+			w.failures.Fail(err, zap.String("reason", reason))
 		}
 		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, reason).Inc()
 		w.o.OnState(false)
@@ -621,6 +629,7 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 	}
 	defer body.Close()
 	w.o.OnState(true)
+	w.failures.OK()
 
 	frames := newFrameReader(body)
 	var (
