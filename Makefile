@@ -39,6 +39,10 @@ build: ## Build bin/relayd (static, trimmed, version-stamped).
 kustomize-bin: ## Build kustomize (pinned in tools/kustomize/go.mod) into .cache/kustomize/ for test/deploy (cold: ~1 min; then cached).
 	hack/kustomize-bin.sh >/dev/null
 
+.PHONY: helm-bin
+helm-bin: ## Build helm (pinned in tools/helm/go.mod) into .cache/helm/ for test/deploy (cold: ~2 min; then cached).
+	hack/helm-bin.sh >/dev/null
+
 .PHONY: testenv-bins
 testenv-bins: ## Build etcd + kube-apiserver v1.37 and v1.35 for tests into .cache/ (cold: ~20 min on 2 cores; then cached).
 	hack/testenv-bins.sh >/dev/null
@@ -99,7 +103,7 @@ lint: vet $(STATICCHECK) ## gofmt check, go vet, staticcheck.
 	GOFLAGS=-race $(STATICCHECK) ./...
 
 .PHONY: test
-test: testenv-bins kustomize-bin prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.
+test: testenv-bins kustomize-bin helm-bin prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.
 	$(GO) test -race -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 
 # `make chaos` (docs/RELIABILITY.md): the fault-injection matrix of

@@ -35,7 +35,14 @@ type bundle struct {
 
 func loadBundle(t testing.TB, dir string) *bundle {
 	t.Helper()
-	b := &bundle{dir: dir, objs: render(t, dir)}
+	return bundleOf(t, dir, render(t, dir))
+}
+
+// bundleOf resolves the bundle of already rendered objects (the Helm
+// chart's); dir names them in messages.
+func bundleOf(t testing.TB, dir string, objs []*unstructured.Unstructured) *bundle {
+	t.Helper()
+	b := &bundle{dir: dir, objs: objs}
 	b.sa = typed[corev1.ServiceAccount](t, find(t, b.objs, "ServiceAccount", ""))
 	b.deployment = typed[appsv1.Deployment](t, find(t, b.objs, "Deployment", ""))
 	b.service = typed[corev1.Service](t, find(t, b.objs, "Service", ""))
