@@ -40,11 +40,11 @@ kustomize-bin: ## Build kustomize (pinned in tools/kustomize/go.mod) into .cache
 	hack/kustomize-bin.sh >/dev/null
 
 .PHONY: helm-bin
-helm-bin: ## Build helm (pinned in tools/helm/go.mod) into .cache/helm/ for test/deploy (cold: ~2 min; then cached).
+helm-bin: ## Build helm (pinned in tools/helm/go.mod) into .cache/helm/ for test/deploy (cold: ~1 min; then cached).
 	hack/helm-bin.sh >/dev/null
 
 .PHONY: testenv-bins
-testenv-bins: ## Build etcd + kube-apiserver v1.37 and v1.35 for tests into .cache/ (cold: ~20 min on 2 cores; then cached).
+testenv-bins: ## Build etcd + kube-apiserver v1.37 and v1.35 for tests into .cache/ (cold: 7 min on the CI machine, up to 20 on slower 2-core ones; then cached).
 	hack/testenv-bins.sh >/dev/null
 
 .PHONY: testenv-bins-current

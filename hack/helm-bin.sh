@@ -20,7 +20,7 @@ version_of() { [ -x "$1" ] && "$1" version --template '{{.Version}}' 2>/dev/null
 have_helm() { [[ "$(version_of "$bin")" == "$HELM_VERSION" ]]; }
 
 if ! have_helm; then
-  echo "helm-bin: building helm $HELM_VERSION into $bin (cold: about 2 min on 2 cores)" >&2
+  echo "helm-bin: building helm $HELM_VERSION into $bin (cold: about 1 min on 2 cores)" >&2
   mkdir -p "$(dirname "$bin")"
   (cd "$mod" && GOGC=400 CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" -o "$bin.tmp" helm.sh/helm/v3/cmd/helm)

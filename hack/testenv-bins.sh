@@ -35,7 +35,7 @@ have_etcd() { [[ "$(version_of "$1/etcd")" == *"etcd Version: ${ETCD_VERSION#v}"
 # build_apiserver <module dir> <version> <folder>
 build_apiserver() {
   local minor=${2#v1.}; minor=${minor%%.*}
-  echo "testenv-bins: building kube-apiserver $2 from ${1#"$root"/} into $3 (cold: 6-12 min on 2 cores)" >&2
+  echo "testenv-bins: building kube-apiserver $2 from ${1#"$root"/} into $3 (cold: 3-10 min on 2 cores)" >&2
   (cd "$1" && go build -trimpath "$nodwarf" -ldflags "-s -w \
     -X k8s.io/component-base/version.gitVersion=$2 \
     -X k8s.io/component-base/version.gitMajor=1 \
