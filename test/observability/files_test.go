@@ -328,7 +328,7 @@ func TestOperationsAlertTable(t *testing.T) {
 		}
 	}
 	got := map[string]string{}
-	for _, cells := range readmeTable(t, "| alert | severity | fires when |") {
+	for _, cells := range operationsTable(t, "| alert | severity | fires when |") {
 		if len(cells) != 3 {
 			t.Errorf("docs/OPERATIONS.md alert row %v: want 3 cells", cells)
 			continue

@@ -20,9 +20,9 @@ type metricRow struct {
 	Labels []string
 }
 
-// readmeTable returns the rows (cells trimmed) of the table with the given
+// operationsTable returns the rows (cells trimmed) of the table with the given
 // header in docs/OPERATIONS.md's "## Metrics" section.
-func readmeTable(t *testing.T, header string) [][]string {
+func operationsTable(t *testing.T, header string) [][]string {
 	t.Helper()
 	var rows [][]string
 	sc := bufio.NewScanner(bytes.NewReader(repoFile(t, "docs/OPERATIONS.md")))
@@ -62,11 +62,11 @@ func readmeTable(t *testing.T, header string) [][]string {
 	return rows
 }
 
-// readmeMetrics parses the metrics reference table.
-func readmeMetrics(t *testing.T) map[string]metricRow {
+// documentedMetrics parses the metrics reference table.
+func documentedMetrics(t *testing.T) map[string]metricRow {
 	t.Helper()
 	out := map[string]metricRow{}
-	for _, cells := range readmeTable(t, "| name | type | labels | meaning |") {
+	for _, cells := range operationsTable(t, "| name | type | labels | meaning |") {
 		if len(cells) != 4 {
 			t.Errorf("docs/OPERATIONS.md metrics row has %d cells, want 4 (name, type, labels, meaning): %v", len(cells), cells)
 			continue
@@ -126,7 +126,7 @@ func registryMetrics(t *testing.T) (*prometheus.Registry, map[string]metricRow) 
 }
 
 func TestMetricsTableMatchesRegistry(t *testing.T) {
-	doc := readmeMetrics(t)
+	doc := documentedMetrics(t)
 	reg, got := registryMetrics(t)
 	for name, g := range got {
 		d, ok := doc[name]
