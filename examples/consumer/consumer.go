@@ -85,6 +85,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer it.Stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the goroutine below when Run returns on an error
 	go func() { <-ctx.Done(); it.Stop() }()
 	for {
 		m, err := it.Next()
@@ -95,6 +97,9 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		if err := handle(ctx, o, m); err != nil {
+			if errors.Is(err, errTerminated) {
+				continue
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -108,6 +113,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
+// errTerminated is handle's error for a message it terminated (Term): it
+// is neither acknowledged nor redelivered.
+var errTerminated = errors.New("message terminated")
+
+func terminate(m jetstream.Msg) error {
+	if err := m.Term(); err != nil {
+		return err
+	}
+	return errTerminated
+}
+
 // handle applies one message.
 func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 	md, err := m.Metadata()
@@ -117,7 +133,7 @@ func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 	env, err := event.DecodeMessage(m.Headers(), m.Data())
 	if err != nil {
 		o.Log.Error("undecodable message: terminated", "subject", m.Subject(), "seq", md.Sequence.Stream, "error", err)
-		return m.Term()
+		return terminate(m)
 	}
 	a := Applied{Seq: md.Sequence.Stream, Event: env}
 	switch {
@@ -125,7 +141,7 @@ func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 		var d syncData
 		if err := json.Unmarshal(env.Data, &d); err != nil {
 			o.Log.Error("undecodable sync marker: terminated", "seq", md.Sequence.Stream, "error", err)
-			return m.Term()
+			return terminate(m)
 		}
 		a.Gap = d.Reason
 		if a.Reconciled, err = reconcile(ctx, o, env.RelaydSource, d); err != nil {
@@ -134,7 +150,12 @@ func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 	case strings.HasSuffix(env.Type, ".source.sync.started"):
 		// Nothing to do: the events up to sync.completed repair the view.
 	default:
-		if a.Action, err = o.View.Apply(ctx, &env); err != nil {
+		a.Action, err = o.View.Apply(ctx, &env)
+		if errors.Is(err, ErrIncomparable) {
+			o.Log.Error("cannot order this event: terminated", "subject", m.Subject(), "seq", md.Sequence.Stream, "error", err)
+			return terminate(m)
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 // Every row of the ordering rule (docs/CONSUMING.md, "Keeping a view of the
 // cluster", rules 2 and 3), without servers.
@@ -40,7 +43,7 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Decide(live("10"), "modified", "abc"); err == nil {
-		t.Error("a resourceVersion that is not an integer: no error")
+	if _, err := Decide(live("10"), "modified", "abc"); !errors.Is(err, ErrIncomparable) {
+		t.Errorf("a resourceVersion that is not an integer: %v, want ErrIncomparable", err)
 	}
 }

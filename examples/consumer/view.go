@@ -47,6 +47,11 @@ func (a Action) String() string {
 	return [...]string{"skip", "store", "delete"}[a]
 }
 
+// ErrIncomparable is Decide's error for a resourceVersion that is not an
+// integer (Kubernetes before v1.35 did not promise one): retrying cannot
+// help.
+var ErrIncomparable = errors.New("resourceVersions cannot be compared")
+
 // Decide applies the contract's ordering rule (docs/CONSUMING.md, "Keeping
 // a view of the cluster") to one object event: an added or modified event
 // is stored only if its resourceVersion is newer than the held entry's
@@ -66,7 +71,7 @@ func Decide(held *Entry, typ, rv string) (Action, error) {
 	}
 	c, err := resourceversion.CompareResourceVersion(rv, held.ResourceVersion)
 	if err != nil {
-		return Skip, fmt.Errorf("compare resourceVersion %q with held %q: %w", rv, held.ResourceVersion, err)
+		return Skip, fmt.Errorf("%w: %q with held %q: %v", ErrIncomparable, rv, held.ResourceVersion, err)
 	}
 	switch {
 	case del && c > 0, del && c == 0 && !held.Deleted:
