@@ -491,11 +491,8 @@ func (s *Store) collect(force bool) ([]pending, error) {
 	defer s.mu.Unlock()
 	var out []pending
 	for k, st := range s.keys {
-		if !st.dirty() {
+		if !st.due(force, now, s.bmInt) {
 			continue
-		}
-		if !force && st.normalGen <= st.persistedGen && now.Sub(st.storedAt) < s.bmInt {
-			continue // bookmark-only progress, persisted recently enough
 		}
 		raw, err := encode(st.pos)
 		if err != nil { // cannot happen for Position
@@ -505,6 +502,18 @@ func (s *Store) collect(force bool) ([]pending, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out, nil
+}
+
+// due reports whether a flush at now writes the key: it must be dirty, and
+// progress that came only from bookmarks waits until the stored position is
+// bookmarkInterval old, unless force (an idle cluster would otherwise be
+// written to at every tick, see the package doc).
+func (k *keyState) due(force bool, now time.Time, bookmarkInterval time.Duration) bool {
+	if !k.dirty() {
+		return false
+	}
+	bookmarkOnly := k.normalGen <= k.persistedGen
+	return force || !bookmarkOnly || now.Sub(k.storedAt) >= bookmarkInterval
 }
 
 // Flush writes every dirty key now, bookmark-only progress included: it gets
@@ -518,6 +527,8 @@ func (s *Store) Flush(ctx context.Context) error {
 	return s.flush(ctx, true)
 }
 
+// flush writes the keys collect picks (see Flush), retrying conflicts, then
+// reports the write to Metrics and records the keys as persisted.
 func (s *Store) flush(ctx context.Context, force bool) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -526,80 +537,145 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 	if err != nil || len(todo) == 0 {
 		return err
 	}
-	s.mu.Lock()
-	prev := make(map[string]string, len(todo))
-	for _, p := range todo {
-		prev[p.key] = s.keys[p.key].storedRaw
-	}
-	s.mu.Unlock()
-
+	prev := s.storedValues(todo)
 	err = retry.RetryOnConflict(conflictBackoff, func() error {
-		if todo = s.undiscarded(todo); len(todo) == 0 {
-			return nil
-		}
-		cm, err := s.client.Get(ctx, s.name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			data := make(map[string]string, len(todo))
-			for _, p := range todo {
-				data[p.key] = p.raw
-			}
-			s.log.Warn("checkpoint ConfigMap disappeared; recreating it with this replica's keys")
-			cm, err = s.create(ctx, data)
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, errAlreadyExisted) {
-				return err
-			}
-		} else if apierrors.IsForbidden(err) {
-			return fmt.Errorf(`checkpoint: relayd may not "get" ConfigMap %s: %w`, s.object(), err)
-		} else if err != nil {
-			return fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(), err)
-		}
-		if cm.Data == nil {
-			cm.Data = make(map[string]string, len(todo))
-		}
-		// Discarded while this write was under way (a conflict retry can
-		// come after the partition that lost the Lease healed): leave those
-		// keys to their new owner.
-		if todo = s.undiscarded(todo); len(todo) == 0 {
-			return nil
-		}
-		for _, p := range todo {
-			if cur, ok := cm.Data[p.key]; ok && cur != prev[p.key] {
-				s.log.Warn("checkpoint key was changed by another writer since this replica read it; overwriting it (only one replica should own a source)",
-					zap.String("key", p.key), zap.String("found", cur), zap.String("writing", p.raw))
-			}
-			cm.Data[p.key] = p.raw
-		}
-		failpoint.Inject(failpoint.CheckpointBeforeWrite)
-		_, err = s.client.Update(ctx, cm, metav1.UpdateOptions{FieldManager: fieldManager})
-		if err == nil {
-			failpoint.Inject(failpoint.CheckpointAfterWrite)
-		}
-		if apierrors.IsForbidden(err) {
-			return fmt.Errorf(`checkpoint: relayd may not "update" ConfigMap %s: %w`, s.object(), err)
-		}
-		if err != nil && !apierrors.IsConflict(err) {
-			return fmt.Errorf("checkpoint: update ConfigMap %s: %w", s.object(), err)
-		}
-		return err // nil, or a conflict that RetryOnConflict retries
+		var err error
+		todo, err = s.writeOnce(ctx, todo, prev)
+		return err
 	})
 	if err != nil && apierrors.IsConflict(err) {
 		err = fmt.Errorf("checkpoint: update ConfigMap %s: still conflicting after retries: %w", s.object(), err)
 	}
-	// A write cut short by shutdown (cancellation) is not a failure worth
-	// counting; a timeout is.
 	if len(todo) == 0 {
 		return err // every key was discarded: nothing written
 	}
+	// A write cut short by shutdown (cancellation) is not a failure worth
+	// counting; a timeout is.
 	if s.metrics != nil && (err == nil || !errors.Is(ctx.Err(), context.Canceled)) {
 		s.metrics.CheckpointWrite(err)
 	}
 	if err != nil {
 		return err
 	}
+	s.markPersisted(todo)
+	return nil
+}
 
+// storedValues returns, per key of todo, the value this store last read from
+// or wrote to the ConfigMap ("" if none), to tell when another writer
+// changed it since.
+func (s *Store) storedValues(todo []pending) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := make(map[string]string, len(todo))
+	for _, p := range todo {
+		prev[p.key] = s.keys[p.key].storedRaw
+	}
+	return prev
+}
+
+// writeOnce is one attempt of a flush: it reads the ConfigMap (recreating it
+// with todo's keys if it was deleted), sets todo's keys and updates it. It
+// returns todo without the keys discarded meanwhile, and nil, a conflict
+// for RetryOnConflict to retry, or the error that ends the flush.
+func (s *Store) writeOnce(ctx context.Context, todo []pending, prev map[string]string) ([]pending, error) {
+	if todo = s.undiscarded(todo); len(todo) == 0 {
+		return todo, nil
+	}
+	cm, created, err := s.getOrRecreate(ctx, todo)
+	if created || err != nil {
+		return todo, err
+	}
+	// Discarded while this write was under way (a conflict retry can come
+	// after the partition that lost the Lease healed): leave those keys to
+	// their new owner.
+	if todo = s.undiscarded(todo); len(todo) == 0 {
+		return todo, nil
+	}
+	data, overwritten := merge(cm.Data, todo, prev)
+	for _, o := range overwritten {
+		s.log.Warn("checkpoint key was changed by another writer since this replica read it; overwriting it (only one replica should own a source)",
+			zap.String("key", o.key), zap.String("found", o.found), zap.String("writing", o.writing))
+	}
+	cm.Data = data
+	return todo, s.update(ctx, cm)
+}
+
+// getOrRecreate reads the ConfigMap to write into. If it was deleted, it
+// creates it with todo's keys and reports created (the write is done); if
+// another replica recreated it first, it returns that one to write into.
+func (s *Store) getOrRecreate(ctx context.Context, todo []pending) (cm *corev1.ConfigMap, created bool, err error) {
+	cm, err = s.client.Get(ctx, s.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		data, _ := merge(nil, todo, nil)
+		s.log.Warn("checkpoint ConfigMap disappeared; recreating it with this replica's keys")
+		cm, err = s.create(ctx, data)
+		switch {
+		case err == nil:
+			return cm, true, nil
+		case errors.Is(err, errAlreadyExisted):
+			return cm, false, nil
+		default:
+			return nil, false, err
+		}
+	case apierrors.IsForbidden(err):
+		return nil, false, fmt.Errorf(`checkpoint: relayd may not "get" ConfigMap %s: %w`, s.object(), err)
+	case err != nil:
+		return nil, false, fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(), err)
+	}
+	return cm, false, nil
+}
+
+// overwrite is a key that a flush overwrites although another writer
+// changed it since this store last read or wrote it.
+type overwrite struct {
+	key, found, writing string
+}
+
+// merge returns data with the keys of todo set to their new values, every
+// other key (the sources of other replicas) kept as it is; data itself is
+// left unchanged. It also returns, in todo's order, the keys whose value in
+// data differs from prev, the value this store last read or wrote: another
+// writer changed them since. They are overwritten all the same (only one
+// replica should own a source, and this one still does), but are worth a
+// warning. A key missing from data is not one of them.
+func merge(data map[string]string, todo []pending, prev map[string]string) (map[string]string, []overwrite) {
+	out := make(map[string]string, len(data)+len(todo))
+	for k, v := range data {
+		out[k] = v
+	}
+	var overwritten []overwrite
+	for _, p := range todo {
+		if cur, ok := data[p.key]; ok && cur != prev[p.key] {
+			overwritten = append(overwritten, overwrite{key: p.key, found: cur, writing: p.raw})
+		}
+		out[p.key] = p.raw
+	}
+	return out, overwritten
+}
+
+// update writes cm. It returns nil, a conflict (for RetryOnConflict to
+// retry), or an error naming the ConfigMap.
+func (s *Store) update(ctx context.Context, cm *corev1.ConfigMap) error {
+	failpoint.Inject(failpoint.CheckpointBeforeWrite)
+	_, err := s.client.Update(ctx, cm, metav1.UpdateOptions{FieldManager: fieldManager})
+	switch {
+	case err == nil:
+		failpoint.Inject(failpoint.CheckpointAfterWrite)
+		return nil
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf(`checkpoint: relayd may not "update" ConfigMap %s: %w`, s.object(), err)
+	case apierrors.IsConflict(err):
+		return err
+	default:
+		return fmt.Errorf("checkpoint: update ConfigMap %s: %w", s.object(), err)
+	}
+}
+
+// markPersisted records that todo was written now, and reports each key to
+// Metrics.
+func (s *Store) markPersisted(todo []pending) {
 	at := s.now()
 	s.mu.Lock()
 	for _, p := range todo {
@@ -618,7 +694,6 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 		}
 	}
 	s.log.Debug("checkpoint written", zap.Int("keys", len(todo)))
-	return nil
 }
 
 // Run writes dirty keys every FlushInterval until ctx ends. Bookmark-only

@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,11 +58,11 @@ type Conn struct {
 	nc     atomic.Pointer[nats.Conn]
 	reason atomic.Value // string: why not connected; "" once connected
 
-	// The last error logged, so that a failure that repeats at every
-	// attempt is logged when it starts and when it changes, not each time.
-	mu      sync.Mutex
-	lastLog string
-	repeats int
+	// dialFailures (Dial's attempts) and reconnectFailures (nats.go's, once
+	// connected) log a failure that repeats at every attempt when it
+	// starts, as a summary at most once a minute, and when it ends.
+	dialFailures      *retry.Failures
+	reconnectFailures *retry.Failures
 }
 
 // New returns a Conn; it does no I/O.
@@ -78,6 +77,8 @@ func New(o Options) (*Conn, error) {
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}
+	c.dialFailures = retry.NewFailures(c.log, "cannot connect to NATS")
+	c.reconnectFailures = retry.NewFailures(c.log, "cannot reconnect to NATS")
 	c.reason.Store("connecting")
 	return c, nil
 }
@@ -93,10 +94,10 @@ func (c *Conn) Dial(ctx context.Context) (*nats.Conn, error) {
 		if err == nil {
 			c.nc.Store(nc)
 			c.setReason("")
-			c.logOK("connected to NATS", zap.String("url", nc.ConnectedUrlRedacted()))
+			c.succeeded(c.dialFailures, "connected to NATS", nc)
 			return nc, nil
 		}
-		c.fail("cannot connect to NATS; retrying", err)
+		c.fail(c.dialFailures, err)
 		if !retry.Sleep(ctx, backoff.Step()) {
 			return nil, ctx.Err()
 		}
@@ -118,29 +119,25 @@ func (c *Conn) Reason() string {
 
 func (c *Conn) setReason(s string) { c.reason.Store(s) }
 
-// fail records err as the reason and logs it when it is new.
-func (c *Conn) fail(msg string, err error) {
+// fail records err, explained (see Explain), as the reason not connected,
+// and reports it to f, which logs it if it starts a run of failures or a
+// summary is due.
+func (c *Conn) fail(f *retry.Failures, err error) {
 	s := Explain(c.o.Config, err)
 	c.setReason(s)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s == c.lastLog {
-		c.repeats++
-		return
-	}
-	c.lastLog, c.repeats = s, 0
-	c.log.Error(msg, zap.String("error", s))
+	f.Fail(errors.New(s))
 }
 
-// logOK logs a success, with how often the previous failure repeated.
-func (c *Conn) logOK(msg string, fields ...zap.Field) {
-	c.mu.Lock()
-	if c.lastLog != "" {
-		fields = append(fields, zap.String("after", c.lastLog), zap.Int("repeats", c.repeats))
+// succeeded logs a connection made by nc: as the end of f's run of
+// failures ("<f's message>: recovered", with their count) if the attempts
+// before it failed, else as msg.
+func (c *Conn) succeeded(f *retry.Failures, msg string, nc *nats.Conn) {
+	url := zap.String("url", nc.ConnectedUrlRedacted())
+	if f.Failing() > 0 {
+		f.OK(url)
+		return
 	}
-	c.lastLog, c.repeats = "", 0
-	c.mu.Unlock()
-	c.log.Info(msg, fields...)
+	c.log.Info(msg, url)
 }
 
 func (c *Conn) connected(v bool) {
@@ -166,10 +163,10 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.connected(true)
 			c.setReason("")
-			c.logOK("reconnected to NATS", zap.String("url", nc.ConnectedUrlRedacted()))
+			c.succeeded(c.reconnectFailures, "reconnected to NATS", nc)
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			c.fail("cannot reconnect to NATS; retrying", err)
+			c.fail(c.reconnectFailures, err)
 		}),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			c.connected(false)

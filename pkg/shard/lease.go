@@ -60,21 +60,33 @@ func (s *Sharder) leaseError(verb, name string, err error) error {
 	}
 }
 
-// noteErrLocked logs a failed request once per distinct problem; conflicts
-// are normal (another replica wrote first) and only logged at debug.
+// noteErrLocked records a failed request on sl's Lease. Failures that
+// repeat at every period (the apiserver down, a Lease relayd may no longer
+// update) are logged when they start, as a summary at most once a minute,
+// and when they end (see succeededLocked). Conflicts are normal (another
+// replica wrote first) and only logged at debug.
 func (s *Sharder) noteErrLocked(sl *slot, verb string, err error) {
 	sl.obsOK = false
 	if apierrors.IsConflict(err) {
 		s.log.Debug("conflict on Lease, retrying next period", zap.String("lease", s.ref(sl.name)), zap.String("verb", verb))
+		s.succeededLocked(sl, verb) // the apiserver answered
 		return
 	}
-	e := s.leaseError(verb, sl.name, err)
-	if msg := err.Error(); msg != sl.lastErr { // the same problem on get and update is one
-		sl.lastErr = msg
-		s.log.Error("Lease request failed", zap.String("source", sl.source), zap.Error(e))
+	sl.failedVerb = verb
+	sl.failures.Fail(s.leaseError(verb, sl.name, err), zap.String("verb", verb))
+}
+
+// succeededLocked ends sl's run of failed requests, logging that it
+// recovered, after a request with verb got an answer: an update ends any
+// run; a get only one whose last failure was a get, since reads that work
+// say nothing of updates that fail (forbidden, refused by a webhook), which
+// would otherwise be logged anew at every attempt.
+func (s *Sharder) succeededLocked(sl *slot, verb string) {
+	if sl.failedVerb == "" || (verb == "get" && sl.failedVerb != "get") {
 		return
 	}
-	s.log.Debug("Lease request failed again", zap.String("source", sl.source), zap.Error(e))
+	sl.failedVerb = ""
+	sl.failures.OK()
 }
 
 // observeLocked records l, just read or written, as sl's newest Lease.
@@ -89,10 +101,6 @@ func (s *Sharder) observeLocked(sl *slot, l *coordinationv1.Lease, now time.Time
 	sl.obsOK = true
 	sl.holder = rec.HolderIdentity
 	sl.durSec = rec.LeaseDurationSeconds
-	if sl.lastErr != "" {
-		sl.lastErr = ""
-		s.log.Info("Lease reachable again", zap.String("lease", s.ref(sl.name)))
-	}
 
 	hbs, err := decodeMembers(l)
 	if err != nil && !sl.badAnnotation {
@@ -204,6 +212,7 @@ func (s *Sharder) read(ctx context.Context, sl *slot) bool {
 		s.noteErrLocked(sl, "get", err)
 		return false
 	}
+	s.succeededLocked(sl, "get")
 	s.observeLocked(sl, l, time.Now())
 	return true
 }
@@ -227,6 +236,7 @@ func (s *Sharder) write(ctx context.Context, sl *slot, kind writeKind) (sent tim
 		s.noteErrLocked(sl, "update", err)
 		return sent, err
 	}
+	s.succeededLocked(sl, "update")
 	if kind == writeRelease {
 		sl.held = false // before observeLocked, which would call it a loss
 	}

@@ -16,6 +16,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/relayd/relayd/internal/retry"
 )
 
 // Defaults for the zero values of [Options]; the timings are client-go's
@@ -113,8 +115,13 @@ type slot struct {
 	held          bool      // this replica wrote the current holder record
 	lastRenew     time.Time // when the last successful acquire/renew was sent
 	run           *runState // while Run is active
-	lastErr       string    // last problem logged, to log each once
+	failedVerb    string    // verb of the last failed request of the current run of failures ("" if none)
 	badAnnotation bool      // MembersAnnotation did not parse (logged once)
+
+	// failures logs the failed requests on the Lease (other than
+	// conflicts) when a run of them starts, as a summary while it lasts,
+	// and when it ends; safe for concurrent use.
+	failures *retry.Failures
 }
 
 // runState is one execution of Options.Run for a slot.
@@ -163,6 +170,26 @@ type Sharder struct {
 
 // New validates o and returns a Sharder.
 func New(o Options) (*Sharder, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return newSharder(o), nil
+}
+
+// validate checks o and sets the defaults of its zero values; the error
+// names every problem.
+func (o *Options) validate() error {
+	if o.LeasePrefix == "" {
+		o.LeasePrefix = DefaultLeasePrefix
+	}
+	errs := o.requiredErrors()
+	errs = append(errs, sourceErrors(o.LeasePrefix, o.Sources)...)
+	errs = append(errs, o.timingErrors()...)
+	return errors.Join(errs...)
+}
+
+// requiredErrors names the required options that are missing.
+func (o *Options) requiredErrors() []error {
 	var errs []error
 	req := func(ok bool, field string) {
 		if !ok {
@@ -177,20 +204,31 @@ func New(o Options) (*Sharder, error) {
 	if len(o.Sources) == 0 {
 		errs = append(errs, errors.New("shard: Options.Sources must name at least one source"))
 	}
-	if o.LeasePrefix == "" {
-		o.LeasePrefix = DefaultLeasePrefix
-	}
+	return errs
+}
+
+// sourceErrors names the duplicate sources and those whose Lease name
+// (with prefix) is not a valid object name.
+func sourceErrors(prefix string, sources []string) []error {
+	var errs []error
 	seen := map[string]int{}
-	for i, src := range o.Sources {
+	for i, src := range sources {
 		if j, dup := seen[src]; dup {
 			errs = append(errs, fmt.Errorf("shard: Options.Sources[%d]: duplicate source %q (first at [%d])", i, src, j))
 			continue
 		}
 		seen[src] = i
-		if p := validation.IsDNS1123Subdomain(LeaseName(o.LeasePrefix, src)); len(p) > 0 {
-			errs = append(errs, fmt.Errorf("shard: Options.Sources[%d]: Lease name %q is not valid: %s", i, LeaseName(o.LeasePrefix, src), strings.Join(p, "; ")))
+		if p := validation.IsDNS1123Subdomain(LeaseName(prefix, src)); len(p) > 0 {
+			errs = append(errs, fmt.Errorf("shard: Options.Sources[%d]: Lease name %q is not valid: %s", i, LeaseName(prefix, src), strings.Join(p, "; ")))
 		}
 	}
+	return errs
+}
+
+// timingErrors sets the default of each zero timing and names the negative
+// ones, and those out of order: RetryPeriod < RenewDeadline < LeaseDuration.
+func (o *Options) timingErrors() []error {
+	var errs []error
 	for _, d := range []struct {
 		name string
 		v    *time.Duration
@@ -213,10 +251,12 @@ func New(o Options) (*Sharder, error) {
 	if o.RenewDeadline > 0 && o.RetryPeriod > 0 && o.RetryPeriod >= o.RenewDeadline {
 		errs = append(errs, fmt.Errorf("shard: Options.RetryPeriod (%s) must be less than Options.RenewDeadline (%s)", o.RetryPeriod, o.RenewDeadline))
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
+	return errs
+}
 
+// newSharder builds the Sharder of o, validated: the timings derived from
+// o's, and one slot per source, sorted by source.
+func newSharder(o Options) *Sharder {
 	s := &Sharder{
 		leases:        o.Client.Leases(o.Namespace),
 		namespace:     o.Namespace,
@@ -236,16 +276,23 @@ func New(o Options) (*Sharder, error) {
 		leading:       map[string]bool{},
 	}
 	for _, src := range o.Sources {
-		s.slots = append(s.slots, &slot{
-			source: src,
-			name:   LeaseName(o.LeasePrefix, src),
-			wake:   make(chan struct{}, 1),
-			pref:   preference(o.Identity, src),
-		})
+		s.slots = append(s.slots, s.newSlot(src, LeaseName(o.LeasePrefix, src)))
 	}
 	sort.Slice(s.slots, func(i, j int) bool { return s.slots[i].source < s.slots[j].source })
 	s.hbSlot = s.slots[hashIndex(o.Identity, len(s.slots))]
-	return s, nil
+	return s
+}
+
+// newSlot is the slot of source, guarded by the Lease name.
+func (s *Sharder) newSlot(source, name string) *slot {
+	return &slot{
+		source: source,
+		name:   name,
+		wake:   make(chan struct{}, 1),
+		pref:   preference(s.id, source),
+		failures: retry.NewFailures(s.log.With(zap.String("source", source), zap.String("lease", s.ref(name))),
+			"Lease request failed"),
+	}
 }
 
 // Leading returns the sources whose Run is active on this replica, sorted.
