@@ -44,6 +44,7 @@ type Failures struct {
 	level    zapcore.Level
 	interval time.Duration
 	now      func() time.Time
+	changes  bool // log a failure whose error differs from the last one
 
 	mu        sync.Mutex
 	count     int // failures since the first
@@ -62,6 +63,12 @@ func AtLevel(l zapcore.Level) Option { return func(f *Failures) { f.level = l } 
 
 // Every sets the summary interval (default DefaultSummaryInterval).
 func Every(d time.Duration) Option { return func(f *Failures) { f.interval = d } }
+
+// LogChanges logs a failure in full, like the first, whenever its error
+// differs from the previous failure's: for loops whose errors say what
+// changed (a source whose collection was found, then its apiVersion no
+// longer served), where the summary's last error would be too late.
+func LogChanges() Option { return func(f *Failures) { f.changes = true } }
 
 // WithClock replaces time.Now (for tests).
 func WithClock(now func() time.Time) Option { return func(f *Failures) { f.now = now } }
@@ -85,8 +92,14 @@ func (f *Failures) Fail(err error, fields ...zap.Field) {
 	if err != nil {
 		msg = err.Error()
 	}
+	changed := f.changes && f.count > 0 && msg != f.lastError
 	f.count++
 	f.lastError = msg
+	if changed {
+		f.lastLine, f.unlogged = now, 0
+		f.log.Log(f.level, f.msg, append(fields, zap.Error(err), zap.Int("failures", f.count))...)
+		return
+	}
 	if f.count == 1 {
 		f.first, f.since, f.lastLine, f.unlogged = msg, now, now, 0
 		f.log.Log(f.level, f.msg, append(fields, zap.Error(err))...)

@@ -88,3 +88,23 @@ func TestAtLevelAndSleep(t *testing.T) {
 		t.Error("Sleep waited past a cancelled context")
 	}
 }
+
+// With LogChanges a failure whose error differs from the previous one is
+// logged in full at once; repeats of it are still only summarised.
+func TestLogChanges(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	now := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	f := NewFailures(zap.New(core), "source stopped; restarting", LogChanges(), WithClock(func() time.Time { return now }))
+	for _, e := range []string{"not found", "not found", "apiVersion not served", "apiVersion not served", "apiVersion not served"} {
+		f.Fail(errors.New(e))
+		now = now.Add(time.Second)
+	}
+	var got []string
+	for _, e := range logs.All() {
+		got = append(got, e.Message+": "+e.ContextMap()["error"].(string))
+	}
+	want := []string{"source stopped; restarting: not found", "source stopped; restarting: apiVersion not served"}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("logged %q, want %q", got, want)
+	}
+}

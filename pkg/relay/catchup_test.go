@@ -15,7 +15,6 @@ import (
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
-	"github.com/relayd/relayd/pkg/relay"
 )
 
 // TestIndexBehindTheStreamIsCaughtUpBeforeARelist: relayd stopped between
@@ -90,8 +89,8 @@ func TestIndexBehindTheStreamIsCaughtUpBeforeARelist(t *testing.T) {
 	infos := s.ListConsumers(ctx)
 	for ci := range infos.Info() {
 		consumers++
-		if got := ci.Config.InactiveThreshold; got != relay.CatchUpConsumerInactive {
-			t.Errorf("consumer %s on the event stream: inactive threshold %v, want %v", ci.Name, got, relay.CatchUpConsumerInactive)
+		if got := ci.Config.InactiveThreshold; got != index.CatchUpConsumerInactive {
+			t.Errorf("consumer %s on the event stream: inactive threshold %v, want %v", ci.Name, got, index.CatchUpConsumerInactive)
 		}
 	}
 	if err := infos.Err(); err != nil {

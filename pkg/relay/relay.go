@@ -1,21 +1,22 @@
-// Package relay wires relayd's data path and supervises it:
+// Package relay wires relayd's data path and runs it:
 //
 //	config → source (one Watcher per source and namespace)
+//	       → watch (the per-watch engine: object index, suppression, gap deletes)
 //	       → event (payload shaping, CloudEvent, subject, Nats-Msg-Id)
 //	       → sink (JetStream pipeline per watch, acked watermark)
 //	       → checkpoint (ConfigMap, coalesced, never ahead of the watermark)
 //
-// Every watch runs in its own goroutine under a supervisor that restarts it
-// with backoff, recovers panics (counted and logged with the stack), and
-// never lets one source stop the others. Run also serves /metrics, /healthz
-// and /readyz, and performs the graceful shutdown sequence of docs/OPERATIONS.md, "Operations".
+// Run makes the connections, starts the background components as one run
+// group in a visible order, runs every watch (pkg/watch) in its own
+// goroutine, serves /metrics, /healthz and /readyz (internal/health), and
+// performs the graceful shutdown sequence of docs/OPERATIONS.md,
+// "Operations". With sharding on, pkg/shard decides which sources run here.
 package relay
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -26,14 +27,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/relayd/relayd/internal/health"
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
@@ -99,9 +101,10 @@ type relay struct {
 	httpc  *http.Client
 
 	mu     sync.Mutex
-	active map[string][]*watch // the watches of the sources this replica runs
+	active map[string][]running // the watches of the sources this replica runs
+	events *index.StreamReader  // the event stream, for the index catch-up
 
-	ready         atomic.Bool // flipped off first on shutdown
+	stopping      atomic.Bool // set first on shutdown: unready from then on
 	checkpointsOK atomic.Bool
 	bucket        atomic.Pointer[index.Bucket] // set once the index bucket is open
 	indexErr      atomic.Value                 // string: why it is not (yet)
@@ -115,38 +118,19 @@ type relay struct {
 // cannot bind) or, with Options.IndexCheck, when a check fails; everything
 // else after start is retried, not fatal.
 func Run(ctx context.Context, o Options) error {
-	if err := o.validate(); err != nil {
+	r, err := newRelay(o)
+	if err != nil {
 		return err
 	}
-	m, err := metrics.New(o.Registry)
-	if err != nil {
-		return fmt.Errorf("relay: register metrics: %w", err)
-	}
-	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]*watch{}}
-	r.streamErr.Store("checking")
-	for i := range r.cfg.Sources {
-		r.m.InitSource(r.cfg.Sources[i].Name)
-	}
-	r.natsc, err = natsconn.New(natsconn.Options{
-		Config: &r.cfg.NATS, Logger: r.log,
-		OnConnected: func(up bool) { r.m.NATSConnected.Set(map[bool]float64{true: 1}[up]) },
-		// Publishes made while disconnected wait here for the reconnect:
-		// at most the in-flight byte bound, plus requests (stream checks,
-		// reads) made meanwhile. A publish that does not fit fails and is
-		// retried, never lost.
-		Extra: []nats.Option{nats.ReconnectBufSize(r.cfg.NATS.MaxInFlightBytes + 4<<20)},
+	// HTTP first, so /healthz answers while we connect.
+	srv, err := health.Serve(health.Options{
+		MetricsAddr: o.MetricsAddr, HealthAddr: o.HealthAddr, Registry: o.Registry,
+		NotReady: r.notReadyReason, Logger: r.log, Ready: o.Ready,
 	})
 	if err != nil {
 		return err
 	}
-
-	// HTTP first, so /healthz answers while we connect.
-	srv, err := r.serveHTTP()
-	if err != nil {
-		return err
-	}
-	defer srv.shutdown(r.log)
-
+	defer srv.Shutdown()
 	if err := r.connectKube(); err != nil {
 		return err
 	}
@@ -156,53 +140,57 @@ func Run(ctx context.Context, o Options) error {
 		return nil
 	}
 	defer r.nc.Close()
-	if err := r.jetStream(); err != nil {
+	if err := r.connectJetStream(); err != nil {
 		return err
 	}
+	return r.run(ctx)
+}
 
-	s, err := sink.New(sink.Options{
-		JetStream: r.js, Logger: r.log.Named("sink"), Metrics: m, MaxInFlight: r.cfg.NATS.MaxInFlight,
-		MaxInFlightBytes:     int64(r.cfg.NATS.MaxInFlightBytesPerWatch),
-		ProcessInFlightBytes: int64(r.cfg.NATS.MaxInFlightBytes),
-		Connected:            r.nc.IsConnected,
+// newRelay validates o and builds a relay with its metrics and its NATS
+// connection (not yet dialled).
+func newRelay(o Options) (*relay, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	m, err := metrics.New(o.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("relay: register metrics: %w", err)
+	}
+	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]running{}}
+	r.streamErr.Store("checking")
+	for i := range r.cfg.Sources {
+		r.m.InitSource(r.cfg.Sources[i].Name)
+	}
+	r.natsc, err = natsconn.New(natsconn.Options{
+		Config: &r.cfg.NATS, Logger: r.log,
+		OnConnected: func(up bool) { r.m.NATSConnected.Set(b2f(up)) },
+		// Publishes made while disconnected wait here for the reconnect:
+		// at most the in-flight byte bound, plus requests (stream checks,
+		// reads) made meanwhile. A publish that does not fit fails and is
+		// retried, never lost.
+		Extra: []nats.Option{nats.ReconnectBufSize(r.cfg.NATS.MaxInFlightBytes + 4<<20)},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r.sink = s
+	return r, nil
+}
 
-	// Everything below runs until ctx ends.
+// run starts relayd's components as one run group, in this order: the
+// stream check, the index bucket, the checkpoints (load, then periodic
+// writes), the checkpoint-age gauge, and the sources. Watches wait for the
+// first three (see watchesMayRun). It runs until ctx ends or a fatal error,
+// then shuts down: sources first, the rest after them.
+func (r *relay) run(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
-	var bg sync.WaitGroup
-	bg.Go(func() { r.watchStream(runCtx) })
-	bg.Go(func() { r.openIndex(runCtx) })
-	bg.Go(func() { r.loadCheckpoints(runCtx) })
+	var g errgroup.Group
+	for _, run := range []func(context.Context){r.keepStream, r.openIndex, r.runCheckpoints, r.checkpointLoop} {
+		g.Go(func() error { run(runCtx); return nil })
+	}
 	srcCtx, stopSources := context.WithCancel(runCtx)
 	var sources sync.WaitGroup
-	if r.cfg.Sharding.Enabled {
-		for i := range r.cfg.Sources {
-			r.m.SourceLeader.WithLabelValues(r.cfg.Sources[i].Name).Set(0)
-		}
-		r.shardErr.Store("starting")
-		sources.Go(func() { r.runSharded(srcCtx) })
-	} else {
-		// Every source runs here (one replica). Watches are registered
-		// before the readiness loop starts, so readiness waits for all.
-		for i := range r.cfg.Sources {
-			src := &r.cfg.Sources[i]
-			r.m.SourceLeader.WithLabelValues(src.Name).Set(1)
-			ws := r.newWatches(src)
-			r.setActive(src.Name, ws)
-			sources.Go(func() {
-				r.runSource(srcCtx, ws)
-				r.setActive(src.Name, nil)
-			})
-		}
-	}
-	bg.Go(func() { r.checkpointLoop(runCtx) })
-	bg.Go(func() { r.readinessLoop(runCtx) })
-
+	r.startSources(srcCtx, &sources)
 	var fatal error
 	select {
 	case <-ctx.Done():
@@ -211,8 +199,33 @@ func Run(ctx context.Context, o Options) error {
 	}
 	r.shutdown(stopSources, &sources)
 	stopRun()
-	bg.Wait()
+	_ = g.Wait()
 	return fatal
+}
+
+// startSources starts the sources this replica runs: with sharding, the
+// sharder, which starts those whose Lease it holds; without, all of them.
+func (r *relay) startSources(ctx context.Context, sources *sync.WaitGroup) {
+	if r.cfg.Sharding.Enabled {
+		for i := range r.cfg.Sources {
+			r.m.SourceLeader.WithLabelValues(r.cfg.Sources[i].Name).Set(0)
+		}
+		r.shardErr.Store("starting")
+		sources.Go(func() { r.runSharded(ctx) })
+		return
+	}
+	// Every source runs here (one replica). Watches are registered before
+	// they start, so readiness waits for all.
+	for i := range r.cfg.Sources {
+		src := &r.cfg.Sources[i]
+		r.m.SourceLeader.WithLabelValues(src.Name).Set(1)
+		ws := r.newWatches(src)
+		r.setActive(src.Name, ws)
+		sources.Go(func() {
+			r.runSource(ctx, ws)
+			r.setActive(src.Name, nil)
+		})
+	}
 }
 
 // fail stops Run with err (the first one wins).
@@ -228,7 +241,7 @@ func (r *relay) fail(err error) {
 // it stops; the HTTP servers stop last, in Run's deferred call).
 func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup) {
 	t0 := time.Now()
-	r.ready.Store(false)
+	r.stopping.Store(true)
 	r.log.Info("shutting down: readiness off, stopping watches")
 	stopSources()
 	sources.Wait()
@@ -248,7 +261,7 @@ func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup
 }
 
 // setActive records the watches of a source this replica runs (nil: none).
-func (r *relay) setActive(source string, ws []*watch) {
+func (r *relay) setActive(source string, ws []running) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ws == nil {
@@ -259,10 +272,10 @@ func (r *relay) setActive(source string, ws []*watch) {
 }
 
 // activeWatches lists the watches of every source this replica runs.
-func (r *relay) activeWatches() []*watch {
+func (r *relay) activeWatches() []running {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []*watch
+	var out []running
 	for _, ws := range r.active {
 		out = append(out, ws...)
 	}
@@ -317,8 +330,10 @@ func (r *relay) connectKube() error {
 	return nil
 }
 
-// jetStream sets r.js: the JetStream API in the configured domain.
-func (r *relay) jetStream() error {
+// connectJetStream sets up what runs on the NATS connection: the
+// JetStream API in the configured domain, the sink, and the event stream's
+// reader for the index catch-up.
+func (r *relay) connectJetStream() error {
 	n := r.cfg.NATS
 	js, err := natsconn.JetStream(r.nc, &r.cfg.NATS,
 		jetstream.WithPublishAsyncTimeout(n.PublishTimeout.Duration()),
@@ -328,19 +343,22 @@ func (r *relay) jetStream() error {
 		return fmt.Errorf("relay: jetstream: %w", err)
 	}
 	r.js = js
+	r.sink, err = sink.New(sink.Options{
+		JetStream: r.js, Logger: r.log.Named("sink"), Metrics: r.m, MaxInFlight: n.MaxInFlight,
+		MaxInFlightBytes:     int64(n.MaxInFlightBytesPerWatch),
+		ProcessInFlightBytes: int64(n.MaxInFlightBytes),
+		Connected:            r.nc.IsConnected,
+	})
+	if err != nil {
+		return err
+	}
+	r.events = &index.StreamReader{JetStream: r.js, Stream: n.Stream.Name, OnLastSeq: r.sink.SeedStreamSeq}
 	return nil
 }
 
-// streamCheckInterval is how often the stream is looked at again: an
-// administrator may fix (or break) it while relayd runs, and another relayd
-// sharing it may have replaced its subjects.
-const streamCheckInterval = 30 * time.Second
-
-// watchStream makes sure the stream exists and captures relayd's subjects
-// (see package stream), at start and every streamCheckInterval; until it
-// does, relayd is unready with the reason. Warnings are logged when they
-// first appear.
-func (r *relay) watchStream(ctx context.Context) {
+// keepStream makes sure the stream exists and captures relayd's subjects
+// (stream.Keep); until it does, relayd is unready with the reason.
+func (r *relay) keepStream(ctx context.Context) {
 	s := r.cfg.NATS.Stream
 	storage := jetstream.FileStorage
 	if s.Storage == config.StorageMemory {
@@ -351,59 +369,32 @@ func (r *relay) watchStream(ctx context.Context) {
 		DuplicateWindow: s.DuplicateWindow.Duration(), Replicas: s.Replicas, Storage: storage,
 		MaxAge: s.MaxAge.Duration(), MaxBytes: s.MaxBytes,
 	}
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: streamCheckInterval}
-	var lastErr, lastWarn string
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := stream.Ensure(cctx, r.js, want)
-		cancel()
-		reason := res.Blocker
-		if err != nil {
-			reason = err.Error()
-		}
-		// While the stream is not usable, look again soon: an administrator
-		// is probably fixing it.
-		next := streamCheckInterval
-		if reason != "" {
-			next = backoff.Step()
-		} else {
-			backoff.Duration = 500 * time.Millisecond
-		}
+	stream.Keep(ctx, r.js, want, r.log, func(reason string) {
 		r.streamErr.Store(reason)
-		r.m.StreamUsable.Set(map[bool]float64{true: 1}[reason == ""])
-		switch {
-		case reason != "" && reason != lastErr:
-			r.log.Error("the stream is not usable; relayd stays unready", zap.String("stream", s.Name), zap.String("reason", reason))
-		case reason == "" && lastErr != "":
-			r.log.Info("the stream is usable again", zap.String("stream", s.Name))
-		}
-		lastErr = reason
-		if res.Created {
-			r.log.Info("stream created", zap.String("stream", s.Name), zap.Strings("subjects", res.Found.Subjects),
-				zap.Duration("maxAge", res.Found.MaxAge), zap.Duration("duplicateWindow", res.Found.Duplicates))
-		}
-		if res.Updated {
-			r.log.Info("added relayd's subject to the stream; nothing else of it was changed", zap.String("stream", s.Name),
-				zap.String("subject", want.Subject), zap.Strings("subjects", res.Found.Subjects))
-		}
-		if w := strings.Join(res.Warnings, "\n"); err == nil && w != lastWarn {
-			for _, msg := range res.Warnings {
-				r.log.Warn("stream setting differs from the config", zap.String("stream", s.Name), zap.String("finding", msg))
-			}
-			lastWarn = w
-		}
-		if !retry.Sleep(ctx, next) {
-			return
-		}
+		r.m.StreamUsable.Set(b2f(reason == ""))
+	})
+}
+
+// openIndex opens (or creates) the index bucket, retrying until it
+// succeeds; until then, relayd is unready with the reason.
+func (r *relay) openIndex(ctx context.Context) {
+	ix := r.cfg.NATS.Index
+	o := index.BucketOptions{Name: ix.Bucket, Create: ix.CreateBucket(), Replicas: ix.Replicas, Storage: jetstream.FileStorage}
+	if ix.Storage == config.StorageMemory {
+		o.Storage = jetstream.MemoryStorage
+	}
+	if b := index.OpenRetrying(ctx, r.js, o, r.log, func(err error) { r.indexErr.Store(err.Error()) }); b != nil {
+		r.bucket.Store(b)
 	}
 }
 
-// loadCheckpoints reads the checkpoint ConfigMap, retrying with backoff: a
+// runCheckpoints reads the checkpoint ConfigMap, retrying with backoff (a
 // missing or forbidden ConfigMap is logged with what to do and keeps relayd
-// unready, rather than crash-looping.
-func (r *relay) loadCheckpoints(ctx context.Context) {
+// unready, rather than crash-looping), then writes the checkpoints as they
+// advance until ctx ends.
+func (r *relay) runCheckpoints(ctx context.Context) {
 	if r.readCheckpoints(ctx, "cannot load checkpoints; sources wait") {
-		go r.store.Run(ctx)
+		r.store.Run(ctx)
 	}
 }
 
@@ -441,12 +432,12 @@ func (r *relay) checkpointLoop(ctx context.Context) {
 		}
 		oldest := map[string]time.Time{}
 		for _, w := range r.activeWatches() {
-			at := r.store.LastPersisted(w.key)
+			at := r.store.LastPersisted(w.Key())
 			if at.IsZero() {
 				continue
 			}
-			if o, ok := oldest[w.src.Name]; !ok || at.Before(o) {
-				oldest[w.src.Name] = at
+			if o, ok := oldest[w.Source().Name]; !ok || at.Before(o) {
+				oldest[w.Source().Name] = at
 			}
 		}
 		for name, at := range oldest {
@@ -455,22 +446,15 @@ func (r *relay) checkpointLoop(ctx context.Context) {
 	}
 }
 
-// readinessLoop: ready when checkpoints are loaded, NATS is connected and
-// every watch was established at least once.
-func (r *relay) readinessLoop(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		r.ready.Store(r.notReadyReason() == "")
-	}
-}
-
+// notReadyReason says why relayd is not ready ("" when it is): ready when
+// it is not stopping, NATS is connected, the checkpoints are loaded, the
+// stream is usable, sharding has started, the index bucket is open and
+// every watch was established at least once. Each component records its
+// own state as it changes; /readyz reads them when asked.
 func (r *relay) notReadyReason() string {
+	if r.stopping.Load() {
+		return "shutting down"
+	}
 	if why := r.natsc.Reason(); why != "" {
 		return "NATS not connected: " + why
 	}
@@ -492,9 +476,9 @@ func (r *relay) notReadyReason() string {
 	}
 	var waiting []string
 	for _, w := range r.activeWatches() {
-		if !w.established.Load() {
+		if !w.Established() {
 			why := w.String()
-			if e, _ := w.lastErr.Load().(string); e != "" {
+			if e := w.LastError(); e != "" {
 				why += " (" + e + ")"
 			}
 			waiting = append(waiting, why)
@@ -505,80 +489,6 @@ func (r *relay) notReadyReason() string {
 		return "watches not yet established: " + strings.Join(waiting, ", ")
 	}
 	return ""
-}
-
-type httpServers struct{ servers []*http.Server }
-
-func (h *httpServers) shutdown(log *zap.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, s := range h.servers {
-		if err := s.Shutdown(ctx); err != nil {
-			log.Warn("http shutdown", zap.Error(err))
-		}
-	}
-}
-
-func (r *relay) serveHTTP() (*httpServers, error) {
-	metricsMux, healthMux := http.NewServeMux(), http.NewServeMux()
-	metricsMux.Handle("/metrics", promhttp.HandlerFor(r.o.Registry, promhttp.HandlerOpts{Registry: r.o.Registry}))
-	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		// Alive as long as the process serves HTTP; never tied to NATS or the apiserver.
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	healthMux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if r.ready.Load() {
-			_, _ = w.Write([]byte("ok\n"))
-			return
-		}
-		reason := r.notReadyReason()
-		if reason == "" {
-			reason = "shutting down"
-		}
-		http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
-	})
-	type bind struct {
-		addr string
-		mux  *http.ServeMux
-	}
-	var binds []bind
-	switch {
-	case r.o.MetricsAddr != "" && r.o.MetricsAddr == r.o.HealthAddr:
-		metricsMux.Handle("/", healthMux)
-		binds = append(binds, bind{r.o.MetricsAddr, metricsMux})
-	default:
-		if r.o.MetricsAddr != "" {
-			binds = append(binds, bind{r.o.MetricsAddr, metricsMux})
-		}
-		if r.o.HealthAddr != "" {
-			binds = append(binds, bind{r.o.HealthAddr, healthMux})
-		}
-	}
-	h := &httpServers{}
-	addrs := map[*http.ServeMux]string{}
-	for _, b := range binds {
-		l, err := net.Listen("tcp", b.addr)
-		if err != nil {
-			h.shutdown(r.log)
-			return nil, fmt.Errorf("relay: listen on %s: %w", b.addr, err)
-		}
-		s := &http.Server{Handler: b.mux, ReadHeaderTimeout: 10 * time.Second}
-		h.servers = append(h.servers, s)
-		addrs[b.mux] = l.Addr().String()
-		go func() {
-			if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				r.log.Error("http server stopped", zap.String("addr", b.addr), zap.Error(err))
-			}
-		}()
-	}
-	if r.o.Ready != nil {
-		ma, ha := addrs[metricsMux], addrs[healthMux]
-		if ha == "" {
-			ha = ma
-		}
-		r.o.Ready(ma, ha)
-	}
-	return h, nil
 }
 
 // checkpointMetrics adapts Metrics to checkpoint.Metrics.

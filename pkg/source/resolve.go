@@ -1,4 +1,4 @@
-package relay
+package source
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ import (
 	"github.com/relayd/relayd/pkg/event"
 )
 
-// resolve turns a source's apiVersion+kind or group/version/resource into
+// Resolve turns a source's apiVersion+kind or group/version/resource into
 // a served, watchable resource, using discovery for that group/version only.
-func resolve(disco discovery.DiscoveryInterface, src *config.Source) (event.Resource, error) {
+func Resolve(disco discovery.DiscoveryInterface, src *config.Source) (event.Resource, error) {
 	group, version := src.GroupVersion()
 	gv := schema.GroupVersion{Group: group, Version: version}.String()
 	list, err := disco.ServerResourcesForGroupVersion(gv)

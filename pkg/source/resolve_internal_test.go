@@ -1,4 +1,4 @@
-package relay
+package source
 
 import (
 	"strings"
@@ -37,7 +37,7 @@ func TestResolveAgainstRealDiscovery(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r, err := resolve(disco, &c.src)
+			r, err := Resolve(disco, &c.src)
 			if c.want != "" {
 				if err == nil || !strings.Contains(err.Error(), c.want) {
 					t.Fatalf("got %v, want an error containing %q", err, c.want)

@@ -1,0 +1,49 @@
+package index
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/relayd/relayd/internal/retry"
+)
+
+// OpenRetrying opens the bucket of o like Open, retrying with backoff until
+// it succeeds (NATS may not be up yet, or the bucket may be missing) or ctx
+// ends (nil). Each failure is passed to onErr; repeated ones are logged
+// through retry.Failures. Settings of the opened bucket that differ from a
+// bucket relayd creates are logged as warnings.
+func OpenRetrying(ctx context.Context, js jetstream.JetStream, o BucketOptions, log *zap.Logger, onErr func(error)) *Bucket {
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 30 * time.Second}
+	failures := retry.NewFailures(log, "cannot open the index bucket; sources wait")
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		b, err := Open(cctx, js, o)
+		cancel()
+		if err == nil {
+			failures.OK(zap.String("bucket", b.Name()))
+			b.logWarnings(log)
+			return b
+		}
+		onErr(err)
+		failures.Fail(err, zap.String("bucket", o.Name))
+		if !retry.Sleep(ctx, backoff.Step()) {
+			return nil
+		}
+	}
+}
+
+// logWarnings logs how b differs from a bucket relayd creates.
+func (b *Bucket) logWarnings(log *zap.Logger) {
+	if !b.ExpiringMarkers() {
+		log.Warn("the index bucket does not allow per-message TTLs: every deleted object leaves a small delete marker in it for good (create the bucket with a limit marker TTL, or let relayd create it)",
+			zap.String("bucket", b.Name()))
+	}
+	for _, msg := range b.Warnings() {
+		log.Warn("index bucket setting differs from the config", zap.String("bucket", b.Name()), zap.String("finding", msg))
+	}
+	log.Info("index bucket ready", zap.String("bucket", b.Name()))
+}

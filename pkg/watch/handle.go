@@ -1,0 +1,211 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/internal/failpoint"
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/index"
+	"github.com/relayd/relayd/pkg/sink"
+	"github.com/relayd/relayd/pkg/source"
+)
+
+// epochGate is the pipeline object key of a relist's epoch write and its
+// sync.started: no uid (a NUL byte cannot be in one), so it only orders
+// the two.
+const epochGate = "\x00epoch"
+
+// handle turns one source item into pipeline entries, keeping the object
+// index.
+func (w *Watch) handle(ctx context.Context, it *source.Item) error {
+	failpoint.Inject(failpoint.RelayHandle)
+	switch it.Kind {
+	case source.ItemObject:
+		return w.handleObject(ctx, it)
+	case source.ItemBookmark:
+		return w.o.Pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, Bookmark: true})
+	case source.ItemSyncStarted:
+		return w.syncStarted(ctx, it)
+	case source.ItemSyncCompleted:
+		return w.syncCompleted(ctx, it)
+	}
+	return fmt.Errorf("unknown item kind %d", it.Kind)
+}
+
+// change is what the object index makes of an object item.
+type change struct {
+	typ      event.Type // what is published (a list item's type comes from the index)
+	publish  bool       // false: nothing is submitted (an unchanged list item)
+	suppress bool       // only ignoreChanges fields changed: the position moves, nothing is published
+	indexed  bool       // the index changed: its bucket entry is written
+}
+
+// classify applies an object item to the index: live changes update it; a
+// list item is compared with it (list frames are all ADDED; the index
+// tells what they are).
+func (w *Watch) classify(it *source.Item, obj index.Object) change {
+	x := w.ix.idx
+	c := change{typ: it.Type, publish: true, indexed: true}
+	if it.Origin == event.OriginWatch {
+		switch {
+		case c.typ == event.Deleted:
+			c.indexed = x.Delete(obj.UID)
+		case c.typ == event.Modified && x.Same(obj):
+			// The index keeps the version that was.
+			c.suppress, c.indexed = true, false
+		default:
+			c.indexed = x.Put(obj)
+		}
+		return c
+	}
+	w.counts.Total++
+	switch x.Observe(obj) {
+	case index.Unchanged:
+		w.counts.Unchanged++
+		// Already published; list items do not move the position.
+		c.publish, c.indexed = false, false
+	case index.Added:
+		c.typ = event.Added
+		w.counts.Added++
+	case index.Modified:
+		c.typ = event.Modified
+		w.counts.Modified++
+	}
+	return c
+}
+
+// handleObject handles an object change or a listed object.
+func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
+	meta := &it.Object.Meta
+	if w.o.IsSelf(w.resource, meta) {
+		// Not even a position move: see checkpoint's package doc.
+		return nil
+	}
+	obj := index.Object{UID: meta.UID, Namespace: meta.Namespace, Name: meta.Name, ResourceVersion: meta.ResourceVersion}
+	if w.fingerprint {
+		obj.Fingerprint = it.Object.Fingerprint(w.o.Shaping)
+	}
+	c := w.classify(it, obj)
+	switch {
+	case c.suppress:
+		w.suppressed.Inc()
+		return w.o.Pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+	case !c.publish:
+		return nil
+	}
+	w.setTracked(w.ix.idx.Len())
+	// The index write; none when the index already had this (a replay
+	// after a restart, or a delete of an object it never knew).
+	var ix *event.Message
+	if c.indexed {
+		if c.typ == event.Deleted {
+			ix = w.o.Bucket().DeleteMsg(w.ix.prefix, meta.UID)
+		} else {
+			ix = w.o.Bucket().PutMsg(w.ix.prefix, obj)
+		}
+	}
+	e := sink.Entry{Index: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch}
+	if !w.filter[c.typ] {
+		w.filtered.Inc()
+		return w.o.Pipe.Submit(ctx, e)
+	}
+	data, dropped := it.Object.AppendShaped(nil, event.PayloadMode(w.o.Source.Payload), w.o.Shaping)
+	msg, err := w.enc.Encode(&event.Change{
+		Type: c.typ, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
+		Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.o.Source.Payload), Data: data, Dropped: dropped,
+	})
+	if err != nil {
+		// Only an object whose bare reference exceeds the NATS max payload
+		// gets here. It is reported loudly and counted; the position moves
+		// on so one such object cannot wedge the source.
+		w.o.Metrics.PublishErrors.WithLabelValues(w.o.Source.Name, "unencodable").Inc()
+		w.log.Error("event cannot be encoded; NOT published", zap.String("object", meta.Namespace+"/"+meta.Name),
+			zap.String("uid", meta.UID), zap.String("resourceVersion", meta.ResourceVersion), zap.Error(err))
+		return w.o.Pipe.Submit(ctx, e)
+	}
+	if msg.Oversize {
+		w.o.Metrics.Oversize.WithLabelValues(w.o.Source.Name).Inc()
+		w.log.Warn("object exceeds the NATS max payload; sent as a reference", zap.String("object", meta.Namespace+"/"+meta.Name),
+			zap.Int("bytes", len(it.Object.Raw)))
+	}
+	e.Msg, e.ReadAt, e.Type, e.Origin = &msg, it.ReadAt, c.typ, it.Origin
+	return w.o.Pipe.Submit(ctx, e)
+}
+
+// syncStarted begins comparing a list with the index and publishes
+// sync.started, after recording its epoch in the bucket.
+func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
+	w.ix.idx.BeginSync()
+	w.counts = event.SyncCounts{}
+	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "started").Inc()
+	msg := w.enc.Control(it.Sync)
+	// The epoch goes into the bucket before sync.started is published (the
+	// shared key makes Submit wait for the write's ack): were relayd to die
+	// between the two the other way round, the next relist would reuse this
+	// epoch, and JetStream would drop its markers as duplicates of this
+	// one's. A skipped epoch is harmless.
+	if err := w.o.Pipe.Submit(ctx, sink.Entry{Index: w.o.Bucket().EpochMsg(w.ix.prefix, it.Epoch), ObjectKey: epochGate, Epoch: it.Epoch}); err != nil {
+		return err
+	}
+	return w.o.Pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: epochGate, Epoch: it.Epoch, ReadAt: it.ReadAt})
+}
+
+// syncCompleted ends a list: the indexed objects it did not contain are
+// published as deleted, then sync.completed with the counts.
+func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
+	if err := w.syncDeleted(ctx, it.Epoch, it.ReadAt); err != nil {
+		return err
+	}
+	it.Sync.Counts = w.counts
+	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "completed").Inc()
+	msg := w.enc.Control(it.Sync)
+	if err := w.o.Pipe.Submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
+		return err
+	}
+	w.ix.relist = ""
+	w.log.Info("relist compared with the object index", zap.String("reason", it.Sync.Reason), zap.Uint64("epoch", it.Epoch),
+		zap.Int64("added", w.counts.Added), zap.Int64("modified", w.counts.Modified), zap.Int64("deleted", w.counts.Deleted),
+		zap.Int64("unchanged", w.counts.Unchanged), zap.Int("indexed", w.ix.idx.Len()))
+	if w.o.IndexCheck {
+		if err := w.checkIndex(ctx, it.ResourceVersion); err != nil {
+			err = fmt.Errorf("index consistency check failed for %s: %w", w, err)
+			if w.o.Fail != nil {
+				w.o.Fail(err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDeleted publishes a delete (origin resync, final state unknown) for
+// every indexed object the relist did not contain.
+func (w *Watch) syncDeleted(ctx context.Context, epoch uint64, readAt time.Time) error {
+	b := w.o.Bucket()
+	_, err := w.ix.idx.EndSync(func(o index.Object) error {
+		w.counts.Deleted++
+		e := sink.Entry{Index: b.DeleteMsg(w.ix.prefix, o.UID), ObjectKey: o.UID, Epoch: epoch}
+		if !w.filter[event.Deleted] {
+			w.filtered.Inc()
+			return w.o.Pipe.Submit(ctx, e)
+		}
+		msg, err := w.enc.Encode(&event.Change{
+			Type: event.Deleted, Origin: event.OriginResync, Epoch: epoch, Time: readAt.UTC(),
+			Resource: w.resource, FinalStateUnknown: true,
+			Meta: event.Meta{UID: o.UID, Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion},
+		})
+		if err != nil {
+			w.o.Metrics.PublishErrors.WithLabelValues(w.o.Source.Name, "unencodable").Inc()
+			w.log.Error("delete cannot be encoded; NOT published", zap.String("object", o.Namespace+"/"+o.Name), zap.Error(err))
+			return w.o.Pipe.Submit(ctx, e)
+		}
+		e.Msg, e.ReadAt, e.Type, e.Origin = &msg, readAt, event.Deleted, event.OriginResync
+		return w.o.Pipe.Submit(ctx, e)
+	})
+	w.setTracked(w.ix.idx.Len())
+	return err
+}

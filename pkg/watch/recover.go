@@ -1,0 +1,139 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/pkg/checkpoint"
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/index"
+	"github.com/relayd/relayd/pkg/sink"
+)
+
+// loadIndex fills the watch's index from the bucket. The first load also
+// decides whether the index can be trusted for the checkpoint (see
+// recoverIndex), and returns the reason of the list the watch must start
+// with ("" for none).
+func (w *Watch) loadIndex(ctx context.Context) (relist string, err error) {
+	b := w.o.Bucket()
+	if w.ix.idx != nil {
+		// A reload after a recovered panic: the handler may have stopped
+		// between indexing a change and submitting it. Wait until every
+		// submitted write is acked; then the bucket is the truth.
+		if err := w.o.Pipe.Drain(ctx); err != nil {
+			return "", err
+		}
+	}
+	gen, err := b.Generation(ctx)
+	if err != nil {
+		return "", err
+	}
+	x := index.New()
+	n, err := b.Load(ctx, w.ix.prefix, x)
+	var corrupt *index.CorruptError
+	if errors.As(err, &corrupt) {
+		w.log.Error("the index has entries that cannot be read; they are removed and the source relists", zap.Strings("keys", corrupt.Keys), zap.Error(err))
+		for _, k := range corrupt.Keys {
+			if err := w.o.Pipe.Submit(ctx, sink.Entry{Index: b.DeleteKeyMsg(k)}); err != nil {
+				return "", err
+			}
+		}
+	} else if err != nil {
+		return "", err
+	}
+	first := w.ix.idx == nil
+	w.ix.idx, w.ix.gen = x, gen.ID
+	w.setTracked(x.Len())
+	if !first {
+		// Resumes from the watermark; the bucket holds every acked write.
+		w.log.Info("object index loaded", zap.Int("objects", n), zap.String("bucket", b.Name()))
+		return "", nil
+	}
+	in := index.Recovery{Corrupt: corrupt != nil, Loaded: n, Bucket: gen}
+	if relist, err = w.recoverIndex(ctx, in); err != nil {
+		// The first load decides the relist, the epoch floor and the
+		// catch-up: a retry after a failure (a NATS timeout, a refused
+		// request) must do all of it again, not take the reload path.
+		w.ix.idx, w.ix.gen = nil, ""
+		return "", err
+	}
+	w.log.Info("object index loaded", zap.Int("objects", n), zap.String("bucket", b.Name()), zap.String("relist", relist))
+	return relist, nil
+}
+
+// recoverIndex is the first load's recovery: it plans it from the
+// checkpoint and what the bucket held (index.PlanRecovery), reads the epoch
+// floor, and catches the index up with the event stream. It returns the
+// reason of the list the watch must start with.
+func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (string, error) {
+	pos, hasCP := w.o.Positions.Get(w.key)
+	in.HasCheckpoint, in.StreamSeq = hasCP, pos.StreamSeq
+	if pos.Index != nil {
+		in.CheckpointIndex = &index.Ref{Generation: pos.Index.Generation, Seq: pos.Index.Seq}
+	}
+	plan := index.PlanRecovery(in)
+	if plan.Why != "" && !in.Corrupt { // corrupt entries are logged by loadIndex
+		w.log.Warn(plan.Why, planFields(in.Bucket, pos)...)
+	}
+	w.ix.seqFloor = plan.SeqFloor
+	// Keep relaydepoch increasing when the checkpoint is gone, and when it
+	// is behind: the bucket records the epoch with every sync.started, the
+	// checkpoint only when the watermark moves, so after a crash during or
+	// right after a relist the bucket is ahead. Reusing that epoch would
+	// give the next relist's sync markers the crashed run's Nats-Msg-Ids,
+	// and JetStream would drop them as duplicates: a gap without markers.
+	var err error
+	if w.ix.epochFloor, err = w.o.Bucket().Epoch(ctx, w.ix.prefix); err != nil {
+		return "", err
+	}
+	if plan.WholeStream {
+		w.log.Info("no stream sequence to catch the object index up from; reading the whole event stream")
+	}
+	if err := w.catchUp(ctx, plan.CatchUpFrom); err != nil {
+		return "", fmt.Errorf("catching the index up with stream %q: %w", w.o.Config.NATS.Stream.Name, err)
+	}
+	return plan.Relist, nil
+}
+
+// planFields are the log fields of a recovery plan's finding.
+func planFields(gen index.Generation, pos checkpoint.Position) []zap.Field {
+	fields := []zap.Field{zap.String("bucketGeneration", gen.ID), zap.Uint64("bucketLastSeq", gen.LastSeq)}
+	if pos.Index != nil {
+		fields = append(fields, zap.String("checkpointGeneration", pos.Index.Generation), zap.Uint64("checkpointSeq", pos.Index.Seq))
+	}
+	return fields
+}
+
+// catchUp applies the event stream from sequence from on to the index
+// (index.StreamReader.CatchUp; 0: nothing to read) and submits the bucket
+// entries it corrected.
+func (w *Watch) catchUp(ctx context.Context, from uint64) error {
+	res, err := w.o.Stream.CatchUp(ctx, w.log, w.ix.idx, index.CatchUpOf{Source: w.o.Source.Name, Namespace: w.o.Namespace, From: from})
+	if err != nil || from == 0 || from > res.To {
+		return err
+	}
+	b := w.o.Bucket()
+	for _, f := range res.Fixes {
+		var msg *event.Message
+		if f.Deleted {
+			msg = b.DeleteMsg(w.ix.prefix, f.UID)
+		} else {
+			msg = b.PutMsg(w.ix.prefix, f.Object)
+		}
+		if err := w.o.Pipe.Submit(ctx, sink.Entry{Index: msg, ObjectKey: f.UID}); err != nil {
+			return err
+		}
+	}
+	w.setTracked(w.ix.idx.Len())
+	fields := []zap.Field{zap.Uint64("fromStreamSeq", from), zap.Uint64("toStreamSeq", res.To), zap.Int("messagesRead", res.Read)}
+	if len(res.Fixes) > 0 {
+		w.log.Warn("the object index was behind the stream (relayd stopped between a PubAck and its index write); caught up from the stream",
+			append(fields, zap.Int("entriesFixed", len(res.Fixes)))...)
+	} else {
+		w.log.Debug("object index matches the stream", fields...)
+	}
+	return nil
+}

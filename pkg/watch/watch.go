@@ -1,0 +1,246 @@
+// Package watch runs one watch of relayd: one (source, namespace), read by
+// a source.Watcher, compared with its object index, encoded (pkg/event) and
+// submitted to its sink pipeline. It owns the per-watch engine of
+// docs/ARCHITECTURE.md:
+//
+//   - Run supervises the watch: it restarts it with backoff after any error
+//     and recovers panics, so that one bad source never stops the others.
+//   - One attempt resolves the resource, builds the encoder and the watcher,
+//     loads the object index (first load: the recovery plan of
+//     index.PlanRecovery and the catch-up from the event stream), and runs
+//     the watcher from the acked watermark or the checkpoint.
+//   - Each item is handled against the object index: live changes update
+//     it; a list is compared with it (unchanged objects are not
+//     republished, new and changed ones are, and every indexed object the
+//     list did not contain is published as deleted, final state unknown).
+//
+// Everything the engine needs from the running process comes in Options as
+// small interfaces (the sink pipeline, the checkpoints, the index bucket,
+// the event stream, the watcher), so that its decisions are unit-tested with
+// fakes; pkg/relay wires the real ones.
+package watch
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/relayd/relayd/internal/retry"
+	"github.com/relayd/relayd/pkg/checkpoint"
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/index"
+	"github.com/relayd/relayd/pkg/metrics"
+	"github.com/relayd/relayd/pkg/sink"
+	"github.com/relayd/relayd/pkg/source"
+)
+
+// Pipe is the watch's publishing pipeline (a *sink.Pipeline). The watch
+// goroutine is its only submitter.
+type Pipe interface {
+	Submit(ctx context.Context, e sink.Entry) error
+	// Drain waits until every submitted entry is acknowledged.
+	Drain(ctx context.Context) error
+	// Watermark is the position of the last acknowledged entry ("" before
+	// the first).
+	Watermark() (rv string, epoch uint64)
+}
+
+// Positions are the stored checkpoints (a *checkpoint.Store).
+type Positions interface {
+	Get(key string) (checkpoint.Position, bool)
+	Advance(key string, p checkpoint.Position, bookmarkOnly bool)
+}
+
+// Bucket is the object index's bucket (an *index.Bucket): reads at load,
+// and the messages of the writes the pipeline makes after each PubAck.
+type Bucket interface {
+	Name() string
+	Generation(ctx context.Context) (index.Generation, error)
+	Load(ctx context.Context, prefix string, x *index.Index) (int, error)
+	Epoch(ctx context.Context, prefix string) (uint64, error)
+	PutMsg(prefix string, o index.Object) *event.Message
+	DeleteMsg(prefix, uid string) *event.Message
+	DeleteKeyMsg(key string) *event.Message
+	EpochMsg(prefix string, epoch uint64) *event.Message
+}
+
+// Stream is the event stream, read to catch the object index up with it (an
+// *index.StreamReader).
+type Stream interface {
+	CatchUp(ctx context.Context, log *zap.Logger, x *index.Index, c index.CatchUpOf) (index.CatchUpResult, error)
+}
+
+// Watcher reads the source (a *source.Watcher).
+type Watcher interface {
+	Run(ctx context.Context, st source.Start, h source.Handler) error
+}
+
+// Options are a watch's settings and dependencies. All but RestClient (used
+// by IndexCheck only) and Fail are required.
+type Options struct {
+	Source    *config.Source
+	Namespace string // "" for all namespaces or a cluster-scoped kind
+	Config    *config.Config
+	Logger    *zap.Logger // the watch adds its source and namespace
+	Metrics   *metrics.Metrics
+	// Shaping is the source's compiled drop/ignoreChanges paths (nil: none).
+	Shaping *event.Shaping
+	// MaxPayload is the NATS server's max payload (events above it are sent
+	// as references).
+	MaxPayload int
+	// Backoff is the restart backoff, fresh (watch.relistBackoff).
+	Backoff func() wait.Backoff
+
+	Pipe      Pipe
+	Positions Positions
+	Stream    Stream
+	// Ready waits until the watch can run: the checkpoints are loaded, NATS
+	// is connected and the index bucket is open. Bucket is that bucket.
+	Ready  func(ctx context.Context) error
+	Bucket func() Bucket
+	// Resolve turns the source into a served, watchable resource.
+	Resolve func(*config.Source) (event.Resource, error)
+	// NewWatcher builds the watcher of o (o.Client is for it to set).
+	NewWatcher func(o source.Options) (Watcher, error)
+	// IsSelf reports relayd's own objects, which are not relayed.
+	IsSelf func(res event.Resource, m *event.Meta) bool
+	// OnState is called when the watch comes up or goes down.
+	OnState func(up bool)
+
+	// IndexCheck compares the object index with a consistent LIST (through
+	// RestClient) after every relist; a difference is passed to Fail and
+	// stops the watch.
+	IndexCheck bool
+	RestClient func(event.Resource) (rest.Interface, error)
+	Fail       func(error)
+}
+
+// Watch is one running watch. Run is called by one goroutine at a time; the
+// other methods may be called from any goroutine.
+type Watch struct {
+	o   Options
+	key string
+	log *zap.Logger
+
+	filter      map[event.Type]bool
+	fingerprint bool // the source has ignoreChanges: objects get fingerprints
+	trackedG    prometheus.Gauge
+	filtered    prometheus.Counter
+	suppressed  prometheus.Counter
+
+	restarts    *retry.Failures // logs the restarts
+	established atomic.Bool
+	up          atomic.Bool
+	lastErr     atomic.Value // string: why the watch last stopped (for /readyz)
+
+	// Owned by the Run goroutine: what one attempt built and may reuse.
+	resource event.Resource
+	resolved bool
+	watcher  Watcher
+	enc      *event.Encoder
+	tracked  int // objects in idx as last reported to relayd_tracked_objects
+	ix       indexState
+	counts   event.SyncCounts
+}
+
+// indexState is the watch's object index (see pkg/index) and what its
+// first load decided.
+type indexState struct {
+	idx      *index.Index
+	prefix   string // bucket key prefix of this watch
+	gen      string // bucket generation the index was loaded from
+	seqFloor uint64 // index seq of the loaded checkpoint
+	loaded   bool   // false: (re)load before running
+	// relist is the reason of a list due at start; cleared when a list
+	// completes.
+	relist string
+	// epochFloor is the epoch recorded in the bucket (read at the first
+	// load): the epoch to start from when the checkpoint has none or an
+	// older one.
+	epochFloor uint64
+}
+
+// New returns the watch of o.Source in o.Namespace.
+func New(o Options) *Watch {
+	src := o.Source
+	filter := map[event.Type]bool{}
+	for _, t := range []config.EventType{config.EventAdded, config.EventModified, config.EventDeleted} {
+		filter[event.Type(t)] = src.Publishes(t)
+	}
+	w := &Watch{
+		o: o, key: checkpoint.Key(src.Name, o.Namespace), filter: filter,
+		log:         o.Logger.With(zap.String("source", src.Name), zap.String("namespace", o.Namespace)),
+		fingerprint: o.Shaping != nil && len(src.IgnoreChanges) > 0,
+		trackedG:    o.Metrics.TrackedObjects.WithLabelValues(src.Name),
+		filtered:    o.Metrics.EventsFiltered.WithLabelValues(src.Name),
+		suppressed:  o.Metrics.EventsSuppressed.WithLabelValues(src.Name),
+		ix:          indexState{prefix: index.Prefix(src.Name, o.Namespace)},
+	}
+	w.restarts = retry.NewFailures(w.log, "source stopped; restarting", retry.LogChanges())
+	return w
+}
+
+// Key is the watch's checkpoint key.
+func (w *Watch) Key() string { return w.key }
+
+// Source is the watch's source.
+func (w *Watch) Source() *config.Source { return w.o.Source }
+
+// Namespace is the watch's namespace ("" for all, or cluster-scoped).
+func (w *Watch) Namespace() string { return w.o.Namespace }
+
+func (w *Watch) String() string {
+	if w.o.Namespace == "" {
+		return w.o.Source.Name
+	}
+	return w.o.Source.Name + "/" + w.o.Namespace
+}
+
+// Established reports whether the watch has been up at least once.
+func (w *Watch) Established() bool { return w.established.Load() }
+
+// Up reports whether the watch is up now.
+func (w *Watch) Up() bool { return w.up.Load() }
+
+// LastError is why the watch last stopped ("" if it never did).
+func (w *Watch) LastError() string {
+	s, _ := w.lastErr.Load().(string)
+	return s
+}
+
+// Advance is the pipeline's watermark callback: the checkpoint records the
+// position with the index generation it matches.
+func (w *Watch) Advance(a sink.Advance) {
+	ref := &checkpoint.IndexRef{Generation: w.ix.gen, Seq: max(a.IndexSeq, w.ix.seqFloor)}
+	w.o.Positions.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref, StreamSeq: a.StreamSeq}, a.BookmarkOnly)
+}
+
+// Stopped reports that the watch no longer tracks objects (its source
+// stopped on this replica).
+func (w *Watch) Stopped() { w.setTracked(0) }
+
+// setTracked reports the index size through relayd_tracked_objects (summed
+// over the source's watches).
+func (w *Watch) setTracked(n int) {
+	if d := n - w.tracked; d != 0 {
+		w.trackedG.Add(float64(d))
+		w.tracked = n
+	}
+}
+
+// setUp records whether the watch is up and tells Options.OnState.
+func (w *Watch) setUp(up bool) {
+	if up {
+		w.established.Store(true)
+		w.restarts.OK()
+	}
+	w.up.Store(up)
+	if w.o.OnState != nil {
+		w.o.OnState(up)
+	}
+}

@@ -1,0 +1,525 @@
+package watch
+
+// The engine's decisions, with fakes for everything it talks to: no
+// servers, well under a second. The real-server tests of pkg/relay prove
+// the same behaviour end to end.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/relayd/relayd/pkg/checkpoint"
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/index"
+	"github.com/relayd/relayd/pkg/metrics"
+	"github.com/relayd/relayd/pkg/sink"
+	"github.com/relayd/relayd/pkg/source"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakePipe records what is submitted.
+type fakePipe struct {
+	mu        sync.Mutex
+	entries   []sink.Entry
+	drains    int
+	watermark string
+	wmEpoch   uint64
+}
+
+func (p *fakePipe) Submit(_ context.Context, e sink.Entry) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.entries = append(p.entries, e)
+	return nil
+}
+
+func (p *fakePipe) Drain(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drains++
+	return nil
+}
+
+func (p *fakePipe) Watermark() (string, uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.watermark, p.wmEpoch
+}
+
+type fakePositions map[string]checkpoint.Position
+
+func (f fakePositions) Get(key string) (checkpoint.Position, bool) { p, ok := f[key]; return p, ok }
+func (f fakePositions) Advance(key string, p checkpoint.Position, _ bool) {
+	f[key] = p
+}
+
+// fakeBucket holds index entries in memory; its messages say what they
+// write ("put <key> <rv>", "delete <key>", "epoch <key> <n>").
+type fakeBucket struct {
+	gen     index.Generation
+	objects map[string][]index.Object // prefix -> objects
+	epoch   uint64
+	corrupt []string // keys Load reports as unreadable
+	loads   int
+}
+
+func (b *fakeBucket) Name() string { return "IX" }
+func (b *fakeBucket) Generation(context.Context) (index.Generation, error) {
+	return b.gen, nil
+}
+
+func (b *fakeBucket) Load(_ context.Context, prefix string, x *index.Index) (int, error) {
+	b.loads++
+	for _, o := range b.objects[prefix] {
+		x.Put(o)
+	}
+	if len(b.corrupt) > 0 {
+		return len(b.objects[prefix]), &index.CorruptError{Keys: b.corrupt, Err: errors.New("bad value")}
+	}
+	return len(b.objects[prefix]), nil
+}
+
+func (b *fakeBucket) Epoch(context.Context, string) (uint64, error) { return b.epoch, nil }
+func (b *fakeBucket) PutMsg(prefix string, o index.Object) *event.Message {
+	return &event.Message{Subject: "put " + index.Key(prefix, o.UID) + " " + o.ResourceVersion}
+}
+func (b *fakeBucket) DeleteMsg(prefix, uid string) *event.Message {
+	return &event.Message{Subject: "delete " + index.Key(prefix, uid)}
+}
+func (b *fakeBucket) DeleteKeyMsg(key string) *event.Message {
+	return &event.Message{Subject: "delete " + key}
+}
+func (b *fakeBucket) EpochMsg(prefix string, epoch uint64) *event.Message {
+	return &event.Message{Subject: fmt.Sprintf("epoch %s %d", prefix, epoch)}
+}
+
+// fakeStream returns fixed catch-up fixes and records where it was asked
+// to read from.
+type fakeStream struct {
+	fixes []index.Fix
+	from  []uint64
+}
+
+func (s *fakeStream) CatchUp(_ context.Context, _ *zap.Logger, x *index.Index, c index.CatchUpOf) (index.CatchUpResult, error) {
+	s.from = append(s.from, c.From)
+	for _, f := range s.fixes {
+		if f.Deleted {
+			x.Delete(f.UID)
+		} else {
+			x.Put(f.Object)
+		}
+	}
+	return index.CatchUpResult{To: 100, Read: len(s.fixes), Fixes: s.fixes}, nil
+}
+
+// fakeWatcher delivers its items to the handler on its first run, records
+// every Start, and then returns err (nil: waits for the context).
+type fakeWatcher struct {
+	items   []source.Item
+	onStart func(source.Start)
+	panics  bool
+	err     error
+}
+
+func (f *fakeWatcher) Run(ctx context.Context, st source.Start, h source.Handler) error {
+	f.onStart(st)
+	if f.panics {
+		panic("boom")
+	}
+	for i := range f.items {
+		if err := h(ctx, &f.items[i]); err != nil {
+			return err
+		}
+	}
+	if f.err != nil {
+		return f.err
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// rig is a watch with fakes.
+type rig struct {
+	w        *Watch
+	pipe     *fakePipe
+	pos      fakePositions
+	bucket   *fakeBucket
+	stream   *fakeStream
+	m        *metrics.Metrics
+	mu       sync.Mutex
+	starts   []source.Start
+	watchers []*fakeWatcher // handed out in order; the last one again after
+}
+
+const testConfig = `
+cluster: test
+nats:
+  url: nats://127.0.0.1:4222
+  stream:
+    name: K8S
+checkpoint:
+  namespace: relayd
+  name: relayd-checkpoint
+sources:
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    ignoreChanges: ["metadata.annotations"]
+  - name: quiet
+    apiVersion: v1
+    kind: ConfigMap
+    eventTypes: [added, deleted]
+`
+
+func newRig(t *testing.T, srcName string, watchers ...*fakeWatcher) *rig {
+	t.Helper()
+	cfg, err := config.Parse([]byte(testConfig), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src *config.Source
+	for i := range cfg.Sources {
+		if cfg.Sources[i].Name == srcName {
+			src = &cfg.Sources[i]
+		}
+	}
+	shaping, err := event.NewShaping(src.Shaping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{pipe: &fakePipe{}, pos: fakePositions{}, bucket: &fakeBucket{gen: index.Generation{ID: "g1", LastSeq: 7}, objects: map[string][]index.Object{}},
+		stream: &fakeStream{}, m: m, watchers: watchers}
+	for _, fw := range watchers {
+		fw.onStart = func(st source.Start) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.starts = append(r.starts, st)
+		}
+	}
+	next := 0
+	r.w = New(Options{
+		Source: src, Namespace: "ns", Config: cfg, Logger: zap.NewNop(), Metrics: m,
+		Shaping: shaping, MaxPayload: 1 << 20,
+		Backoff: func() wait.Backoff { return wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1 << 30} },
+		Pipe:    r.pipe, Positions: r.pos, Stream: r.stream,
+		Ready:   func(context.Context) error { return nil },
+		Bucket:  func() Bucket { return r.bucket },
+		Resolve: func(*config.Source) (event.Resource, error) { return cmResource, nil },
+		IsSelf:  func(_ event.Resource, m *event.Meta) bool { return m.Name == "relayd-checkpoint" },
+		OnState: func(bool) {},
+		NewWatcher: func(source.Options) (Watcher, error) {
+			fw := r.watchers[min(next, len(r.watchers)-1)]
+			next++
+			return fw, nil
+		},
+	})
+	return r
+}
+
+var cmResource = event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
+
+// run runs the watch until the watchers ran n times in all.
+func (r *rig) run(t *testing.T, n int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.w.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		started := len(r.starts)
+		r.mu.Unlock()
+		if started >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Let the last run deliver its items (a fake delivers them at once).
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	<-done
+	if len(r.starts) < n {
+		t.Fatalf("the watcher ran %d times, want %d", len(r.starts), n)
+	}
+}
+
+// obj parses a ConfigMap as the watcher does, with the source's shaping
+// (which gives it the fingerprint of ignoreChanges).
+func (r *rig) obj(t *testing.T, uid, name, rv, annotation string) event.Object {
+	t.Helper()
+	raw := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":"ns","uid":%q,"resourceVersion":%q,"annotations":{"a":%q}},"data":{"k":"v"}}`,
+		name, uid, rv, annotation)
+	o, err := event.ParseObjectShaped([]byte(raw), r.w.o.Shaping)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// describe renders the entries as one line each: the published event (its
+// type, origin, name and final-state flag, or the marker), the index write,
+// and the position.
+func describe(t *testing.T, entries []sink.Entry) []string {
+	t.Helper()
+	var out []string
+	for _, e := range entries {
+		var parts []string
+		if e.Msg != nil {
+			env, err := event.DecodeMessage(e.Msg.Header, e.Msg.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			typ := env.Type[strings.LastIndex(env.Type, ".")+1:]
+			if strings.Contains(env.Type, ".sync.") {
+				parts = append(parts, "sync."+typ)
+			} else {
+				s := typ + " " + env.RelaydOrigin + " " + env.K8sName + "@" + env.K8sResourceVersion
+				if env.RelaydFinalUnknown {
+					s += " finalunknown"
+				}
+				parts = append(parts, s)
+			}
+		}
+		if e.Index != nil {
+			parts = append(parts, "["+e.Index.Subject+"]")
+		}
+		if e.ResourceVersion != "" {
+			parts = append(parts, "→"+e.ResourceVersion)
+		}
+		if len(parts) == 0 {
+			parts = append(parts, "(empty)")
+		}
+		out = append(out, strings.Join(parts, " "))
+	}
+	return out
+}
+
+func sameLines(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("%s:\n got:\n  %s\nwant:\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// A relist is compared with the index: an unchanged object is not
+// republished, a changed and a new one are, an indexed object the list did
+// not contain is published as deleted with its final state unknown; the
+// epoch is written to the bucket before sync.started (both gated on one
+// key), and sync.completed carries the counts and moves the position.
+func TestRelistIsComparedWithTheIndex(t *testing.T) {
+	pre := index.Prefix("cms", "ns")
+	fw := &fakeWatcher{}
+	r := newRig(t, "cms", fw)
+	fw.items = []source.Item{
+		{Kind: source.ItemSyncStarted, Epoch: 3, Sync: event.SyncEvent{Namespace: "ns", Epoch: 3, Reason: metrics.ReasonExpired}},
+		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginResync, Epoch: 3, Object: r.obj(t, "u-a", "a", "10", "x")},
+		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginResync, Epoch: 3, Object: r.obj(t, "u-b", "b", "15", "x")},
+		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginResync, Epoch: 3, Object: r.obj(t, "u-d", "d", "16", "x")},
+		{Kind: source.ItemSyncCompleted, Epoch: 3, ResourceVersion: "20",
+			Sync: event.SyncEvent{Completed: true, Namespace: "ns", Epoch: 3, Reason: metrics.ReasonExpired, ToResourceVersion: "20"}},
+	}
+	r.bucket.objects[pre] = []index.Object{
+		{UID: "u-a", Namespace: "ns", Name: "a", ResourceVersion: "10"},
+		{UID: "u-b", Namespace: "ns", Name: "b", ResourceVersion: "11"},
+		{UID: "u-c", Namespace: "ns", Name: "c", ResourceVersion: "12"},
+	}
+	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "12", Epoch: 2,
+		Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+	r.run(t, 1)
+	sameLines(t, "entries", describe(t, r.pipe.entries), []string{
+		"[epoch " + pre + " 3]",
+		"sync.started",
+		"modified resync b@15 [put " + pre + ".u-b 15]",
+		"added resync d@16 [put " + pre + ".u-d 16]",
+		"deleted resync c@12 finalunknown [delete " + pre + ".u-c]",
+		"sync.completed →20",
+	})
+	if e := r.pipe.entries; e[0].ObjectKey != epochGate || e[1].ObjectKey != epochGate {
+		t.Errorf("the epoch write and sync.started must share the gate key: %q, %q", e[0].ObjectKey, e[1].ObjectKey)
+	}
+	env, err := event.DecodeMessage(r.pipe.entries[5].Msg.Header, r.pipe.entries[5].Msg.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"total":3`, `"unchanged":1`, `"added":1`, `"modified":1`, `"deleted":1`} {
+		if !strings.Contains(string(env.Data), want) {
+			t.Errorf("sync.completed data %s lacks %s", env.Data, want)
+		}
+	}
+	if got := r.stream.from; len(got) != 1 || got[0] != 40 {
+		t.Errorf("catch-up read from %v, want [40] (the checkpoint's stream sequence)", got)
+	}
+	if got := testutil.ToFloat64(r.m.TrackedObjects.WithLabelValues("cms")); got != 3 {
+		t.Errorf("relayd_tracked_objects = %v, want 3 (a, b, d)", got)
+	}
+}
+
+// Live changes keep the index: a change only in ignored fields moves the
+// position without publishing or writing the index; a delete of an object
+// the index never had is published without an index write; relayd's own
+// checkpoint ConfigMap is not even a position move.
+func TestLiveChangesKeepTheIndex(t *testing.T) {
+	pre := index.Prefix("cms", "ns")
+	fw := &fakeWatcher{}
+	r := newRig(t, "cms", fw)
+	fw.items = []source.Item{
+		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginWatch, ResourceVersion: "21", Object: r.obj(t, "u-e", "e", "21", "x")},
+		{Kind: source.ItemObject, Type: event.Modified, Origin: event.OriginWatch, ResourceVersion: "22", Object: r.obj(t, "u-e", "e", "22", "only-this")},
+		{Kind: source.ItemObject, Type: event.Deleted, Origin: event.OriginWatch, ResourceVersion: "23", Object: r.obj(t, "u-z", "z", "23", "x")},
+		{Kind: source.ItemObject, Type: event.Modified, Origin: event.OriginWatch, ResourceVersion: "24", Object: r.obj(t, "u-self", "relayd-checkpoint", "24", "x")},
+		{Kind: source.ItemBookmark, ResourceVersion: "25"},
+		{Kind: source.ItemObject, Type: event.Deleted, Origin: event.OriginWatch, ResourceVersion: "26", Object: r.obj(t, "u-e", "e", "26", "x")},
+	}
+	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "20", Epoch: 1,
+		Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+	r.run(t, 1)
+	sameLines(t, "entries", describe(t, r.pipe.entries), []string{
+		"added watch e@21 [put " + pre + ".u-e 21] →21",
+		"→22",
+		"deleted watch z@23 →23",
+		"→25",
+		"deleted watch e@26 [delete " + pre + ".u-e] →26",
+	})
+	if got := testutil.ToFloat64(r.m.EventsSuppressed.WithLabelValues("cms")); got != 1 {
+		t.Errorf("relayd_events_suppressed_total = %v, want 1", got)
+	}
+}
+
+// A source that does not publish modified events still indexes them: the
+// entry carries the index write and the position, no event.
+func TestFilteredTypesStillKeepTheIndex(t *testing.T) {
+	pre := index.Prefix("quiet", "ns")
+	fw := &fakeWatcher{}
+	r := newRig(t, "quiet", fw)
+	fw.items = []source.Item{
+		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginWatch, ResourceVersion: "21", Object: r.obj(t, "u-e", "e", "21", "x")},
+		{Kind: source.ItemObject, Type: event.Modified, Origin: event.OriginWatch, ResourceVersion: "22", Object: r.obj(t, "u-e", "e", "22", "y")},
+	}
+	r.pos[checkpoint.Key("quiet", "ns")] = checkpoint.Position{ResourceVersion: "20", Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+	r.run(t, 1)
+	sameLines(t, "entries", describe(t, r.pipe.entries), []string{
+		"added watch e@21 [put " + pre + ".u-e 21] →21",
+		"[put " + pre + ".u-e 22] →22",
+	})
+	if got := testutil.ToFloat64(r.m.EventsFiltered.WithLabelValues("quiet")); got != 1 {
+		t.Errorf("relayd_events_filtered_total = %v, want 1", got)
+	}
+}
+
+// Where a watch starts, by what it finds: the recovery plan's list, the
+// checkpoint, the epoch floor from the bucket; the catch-up's corrections
+// are written before anything else; corrupt entries are deleted and force
+// an index-lost relist.
+func TestStartFollowsTheRecoveryPlan(t *testing.T) {
+	key, pre := checkpoint.Key("cms", "ns"), index.Prefix("cms", "ns")
+	good := &checkpoint.IndexRef{Generation: "g1", Seq: 7}
+	for _, c := range []struct {
+		name    string
+		pos     *checkpoint.Position
+		objects int
+		epoch   uint64
+		corrupt []string
+		fixes   []index.Fix
+		want    source.Start
+		from    uint64
+		entries []string
+	}{
+		{name: "checkpoint and bucket agree", pos: &checkpoint.Position{ResourceVersion: "50", Epoch: 4, Index: good, StreamSeq: 40},
+			want: source.Start{ResourceVersion: "50", Epoch: 4, Snapshot: true}, from: 40},
+		{name: "the bucket recorded a later epoch", pos: &checkpoint.Position{ResourceVersion: "50", Epoch: 4, Index: good, StreamSeq: 40}, epoch: 6,
+			want: source.Start{ResourceVersion: "50", Epoch: 6, Snapshot: true}, from: 40},
+		{name: "no checkpoint, empty bucket", epoch: 2,
+			want: source.Start{Epoch: 2, Snapshot: true}},
+		{name: "no checkpoint, objects in the bucket", objects: 1,
+			want: source.Start{Snapshot: true, Relist: metrics.ReasonNoCheckpoint}, from: 1},
+		{name: "bucket recreated", objects: 1, pos: &checkpoint.Position{ResourceVersion: "50", Epoch: 4, Index: &checkpoint.IndexRef{Generation: "g0", Seq: 7}, StreamSeq: 40},
+			want: source.Start{ResourceVersion: "50", Epoch: 4, Snapshot: true, Relist: metrics.ReasonIndexLost}},
+		{name: "corrupt entries", objects: 1, corrupt: []string{pre + ".bad"}, pos: &checkpoint.Position{ResourceVersion: "50", Epoch: 4, Index: good, StreamSeq: 40},
+			want: source.Start{ResourceVersion: "50", Epoch: 4, Snapshot: true, Relist: metrics.ReasonIndexLost}, entries: []string{"[delete " + pre + ".bad]"}},
+		{name: "catch-up corrections", pos: &checkpoint.Position{ResourceVersion: "50", Epoch: 4, Index: good, StreamSeq: 40},
+			fixes: []index.Fix{{UID: "u-n", Object: index.Object{UID: "u-n", Namespace: "ns", Name: "n", ResourceVersion: "45"}}},
+			want:  source.Start{ResourceVersion: "50", Epoch: 4, Snapshot: true}, from: 40, entries: []string{"[put " + pre + ".u-n 45]"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, "cms", &fakeWatcher{})
+			if c.pos != nil {
+				r.pos[key] = *c.pos
+			}
+			for i := range c.objects {
+				r.bucket.objects[pre] = append(r.bucket.objects[pre], index.Object{UID: fmt.Sprintf("u-%d", i), Namespace: "ns", Name: "x", ResourceVersion: "9"})
+			}
+			r.bucket.epoch, r.bucket.corrupt, r.stream.fixes = c.epoch, c.corrupt, c.fixes
+			r.run(t, 1)
+			if r.starts[0] != c.want {
+				t.Errorf("start %+v, want %+v", r.starts[0], c.want)
+			}
+			if c.from != 0 && (len(r.stream.from) != 1 || r.stream.from[0] != c.from) {
+				t.Errorf("catch-up from %v, want %d", r.stream.from, c.from)
+			}
+			sameLines(t, "entries", describe(t, r.pipe.entries), c.entries)
+		})
+	}
+}
+
+// A panic is recovered and counted; the next attempt rebuilds the watcher,
+// reloads the index from the bucket once the pipeline drained, and starts
+// from the acked watermark (never behind the checkpoint); the first load's
+// recovery (catch-up) is not repeated.
+func TestPanicIsRecoveredAndTheWatchResumesFromTheWatermark(t *testing.T) {
+	r := newRig(t, "cms", &fakeWatcher{panics: true}, &fakeWatcher{})
+	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "50", Epoch: 4,
+		Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+	r.pipe.watermark, r.pipe.wmEpoch = "60", 5
+	r.run(t, 2)
+	if got := testutil.ToFloat64(r.m.SourcePanics.WithLabelValues("cms")); got != 1 {
+		t.Errorf("relayd_source_panics_total = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(r.m.WatchRestarts.WithLabelValues("cms", metrics.ReasonPanic)); got != 1 {
+		t.Errorf("relayd_watch_restarts_total{reason=panic} = %v, want 1", got)
+	}
+	if want := (source.Start{ResourceVersion: "60", Epoch: 5, Snapshot: true}); r.starts[1] != want {
+		t.Errorf("after the panic: start %+v, want %+v", r.starts[1], want)
+	}
+	if r.bucket.loads != 2 || r.pipe.drains != 1 {
+		t.Errorf("bucket loads %d, drains %d: want the index reloaded once, after a drain", r.bucket.loads, r.pipe.drains)
+	}
+	if len(r.stream.from) != 1 {
+		t.Errorf("catch-ups %v: only the first load catches up", r.stream.from)
+	}
+	if !strings.Contains(r.w.LastError(), "panic: boom") {
+		t.Errorf("LastError %q does not name the panic", r.w.LastError())
+	}
+}
+
+// An error that is not a panic (a not-found collection, say) makes the
+// next attempt resolve the resource and build the watcher again, and keeps
+// the index as acked (no reload).
+func TestErrorResolvesAgainWithoutReloadingTheIndex(t *testing.T) {
+	r := newRig(t, "cms", &fakeWatcher{err: errors.New("the server could not find the requested resource")}, &fakeWatcher{})
+	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "50", Epoch: 4,
+		Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+	resolves := 0
+	resolve := r.w.o.Resolve
+	r.w.o.Resolve = func(s *config.Source) (event.Resource, error) { resolves++; return resolve(s) }
+	r.run(t, 2)
+	if resolves != 2 || r.bucket.loads != 1 {
+		t.Errorf("resolves %d, bucket loads %d: want 2 and 1", resolves, r.bucket.loads)
+	}
+}
