@@ -23,12 +23,12 @@
 // retried message could otherwise land after a newer version of the same
 // object; the gate makes that impossible.
 //
-// Index updates: an entry may carry a second message (Entry.Index, the
-// object index's key-value write) that is published only after the event's
-// PubAck, so the index never records a version that was not published. The
-// entry is done, and the watermark may pass it, only when both are acked. The
-// two stages are pipelined: waiting for one entry's index ack does not hold
-// back the next entry's event.
+// Follow-up writes: an entry may carry a second message (Entry.FollowUp;
+// relayd's object index writes its key-value entry this way) that is
+// published only after the event's PubAck, so that what it records was
+// published. The entry is done, and the watermark may pass it, only when both
+// are acked. The two stages are pipelined: waiting for one entry's follow-up
+// ack does not hold back the next entry's event.
 package sink
 
 import (
@@ -156,9 +156,9 @@ type Advance struct {
 	// BookmarkOnly is true when nothing but bookmarks (or other publish-free
 	// entries) moved the watermark since the previous Advance.
 	BookmarkOnly bool
-	// IndexSeq is the highest stream sequence of an acknowledged index write
-	// of this pipeline (0 if none yet).
-	IndexSeq uint64
+	// FollowUpSeq is the highest stream sequence of an acknowledged
+	// follow-up write of this pipeline (0 if none yet).
+	FollowUpSeq uint64
 	// StreamSeq is a sequence of the event stream at or before every event
 	// message of the entries after this position (at least 1): a restart
 	// that finds the index behind the stream (index writes follow the
@@ -171,9 +171,10 @@ type Entry struct {
 	// Msg is the message to publish; nil for entries that only move the
 	// position (bookmarks, filtered events).
 	Msg *event.Message
-	// Index is the object index write for this change, published once Msg
-	// is acked (at once when Msg is nil); nil if none.
-	Index *event.Message
+	// FollowUp is a write that must follow Msg (the object index's entry
+	// of this change), published once Msg is acked (at once when Msg is
+	// nil); nil if none.
+	FollowUp *event.Message
 	// ResourceVersion is the position reached once this entry and all before
 	// it are done; "" for entries that must not move the checkpoint (items of
 	// a list, whose order is not resourceVersion order).
@@ -196,34 +197,34 @@ type eventKey struct {
 }
 
 type pending struct {
-	e        Entry
-	future   jetstream.PubAckFuture // of the first message (Msg, else Index); nil if its publish failed synchronously
-	ixFuture jetstream.PubAckFuture // of Index when it follows Msg
-	done     chan struct{}          // closed when done (releases the object gate)
-	fromSeq  uint64                 // every copy of Msg, and of later entries' messages, is stored at or after this event-stream sequence
-	weight   int64                  // bytes held in the pipeline's and the process's budgets until done
+	e            Entry
+	future       jetstream.PubAckFuture // of the first message (Msg, else FollowUp); nil if its publish failed synchronously
+	followFuture jetstream.PubAckFuture // of FollowUp when it follows Msg
+	done         chan struct{}          // closed when done (releases the object gate)
+	fromSeq      uint64                 // every copy of Msg, and of later entries' messages, is stored at or after this event-stream sequence
+	weight       int64                  // bytes held in the pipeline's and the process's budgets until done
 }
 
 // Pipeline is the publish window of one watch. Submit is called from the
 // watch goroutine only; the pipeline's own goroutine consumes acks.
 type Pipeline struct {
-	s         *Sink
-	source    string
-	log       *zap.Logger
-	failures  *retry.Failures // "publish failed; retrying": logged when a run of failures starts, summarised, and when an ack ends it
-	onAdvance func(Advance)
-	slots     chan struct{}       // window: one token per entry not yet done
-	bytes     *semaphore.Weighted // the pipeline's byte budget
-	queue     chan *pending       // entries in submission order; never blocks (cap == window)
-	queue2    chan *pending       // stage 2: entries whose first message is acked
+	s           *Sink
+	source      string
+	log         *zap.Logger
+	failures    *retry.Failures // "publish failed; retrying": logged when a run of failures starts, summarised, and when an ack ends it
+	onAdvance   func(Advance)
+	slots       chan struct{}       // window: one token per entry not yet done
+	bytes       *semaphore.Weighted // the pipeline's byte budget
+	queue       chan *pending       // entries in submission order; never blocks (cap == window)
+	followQueue chan *pending       // stage 2: entries whose first message is acked
 
-	mu       sync.Mutex
-	inflight map[string]chan struct{} // object key -> done of its in-flight message
-	lastRV   string
-	lastEp   uint64
-	ixSeq    uint64 // highest acked index write sequence
-	unacked  int    // published, not yet acked (for the in-flight gauge on Close)
-	held     int64  // bytes taken from the process budget by entries not yet done
+	mu        sync.Mutex
+	inflight  map[string]chan struct{} // object key -> done of its in-flight message
+	lastRV    string
+	lastEp    uint64
+	followSeq uint64 // highest acked follow-up write sequence
+	unacked   int    // published, not yet acked (for the in-flight gauge on Close)
+	held      int64  // bytes taken from the process budget by entries not yet done
 
 	// Metric children resolved once, not per event.
 	inFlight prometheus.Gauge
@@ -244,20 +245,20 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pipeline{
 		s: s, source: source, onAdvance: onAdvance,
-		log:      s.o.Logger.With(zap.String("source", source)),
-		slots:    make(chan struct{}, s.o.MaxInFlight),
-		bytes:    semaphore.NewWeighted(s.o.MaxInFlightBytes),
-		queue:    make(chan *pending, s.o.MaxInFlight),
-		queue2:   make(chan *pending, s.o.MaxInFlight),
-		inflight: map[string]chan struct{}{},
-		stopped:  make(chan struct{}),
-		stopped2: make(chan struct{}),
-		cancel:   cancel,
-		inFlight: s.o.Metrics.InFlight.WithLabelValues(source),
-		inBytes:  s.o.Metrics.InFlightBytes.WithLabelValues(source),
-		lag:      s.o.Metrics.Lag.WithLabelValues(source),
-		dups:     s.o.Metrics.Duplicates.WithLabelValues(source),
-		events:   map[eventKey]prometheus.Counter{},
+		log:         s.o.Logger.With(zap.String("source", source)),
+		slots:       make(chan struct{}, s.o.MaxInFlight),
+		bytes:       semaphore.NewWeighted(s.o.MaxInFlightBytes),
+		queue:       make(chan *pending, s.o.MaxInFlight),
+		followQueue: make(chan *pending, s.o.MaxInFlight),
+		inflight:    map[string]chan struct{}{},
+		stopped:     make(chan struct{}),
+		stopped2:    make(chan struct{}),
+		cancel:      cancel,
+		inFlight:    s.o.Metrics.InFlight.WithLabelValues(source),
+		inBytes:     s.o.Metrics.InFlightBytes.WithLabelValues(source),
+		lag:         s.o.Metrics.Lag.WithLabelValues(source),
+		dups:        s.o.Metrics.Duplicates.WithLabelValues(source),
+		events:      map[eventKey]prometheus.Counter{},
 	}
 	p.failures = retry.NewFailures(p.log, "publish failed; retrying (the watch is paused meanwhile)", retry.AtLevel(zapcore.WarnLevel))
 	for _, t := range []event.Type{event.Added, event.Modified, event.Deleted} {
@@ -266,7 +267,7 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 		}
 	}
 	go p.run(ctx)
-	go p.run2(ctx)
+	go p.runFollowUps(ctx)
 	return p
 }
 
@@ -278,7 +279,7 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	pe := &pending{e: e}
 	first := e.Msg
 	if first == nil {
-		first = e.Index
+		first = e.FollowUp
 	}
 	if first != nil && e.ObjectKey != "" {
 		if err := p.waitObject(ctx, e.ObjectKey); err != nil {
@@ -322,7 +323,7 @@ func (p *Pipeline) acquire(ctx context.Context, pe *pending, first *event.Messag
 	if first == nil {
 		return nil
 	}
-	w := messageSize(pe.e.Msg) + messageSize(pe.e.Index)
+	w := messageSize(pe.e.Msg) + messageSize(pe.e.FollowUp)
 	w = min(w, p.s.o.MaxInFlightBytes, p.s.o.ProcessInFlightBytes)
 	if err := p.bytes.Acquire(ctx, w); err != nil {
 		return err
@@ -444,7 +445,7 @@ func errorReason(err error) string {
 }
 
 // run is stage 1: it consumes entries in order, waits for the first
-// message's ack (retrying failures), publishes a following index write, and
+// message's ack (retrying failures), publishes its follow-up write, and
 // hands the entry to stage 2.
 func (p *Pipeline) run(ctx context.Context) {
 	defer close(p.stopped)
@@ -459,35 +460,35 @@ func (p *Pipeline) run(ctx context.Context) {
 			if !p.await(ctx, pe.e.Msg, &pe.future, func(ack *jetstream.PubAck) { p.eventAcked(pe, ack) }) {
 				return
 			}
-			if pe.e.Index != nil {
-				pe.ixFuture = p.publishCounted(pe.e.Index)
+			if pe.e.FollowUp != nil {
+				pe.followFuture = p.publishCounted(pe.e.FollowUp)
 			}
-		} else if pe.e.Index != nil {
-			pe.ixFuture = pe.future
+		} else if pe.e.FollowUp != nil {
+			pe.followFuture = pe.future
 		}
-		p.queue2 <- pe // cannot block: at most cap(slots) entries are queued
+		p.followQueue <- pe // cannot block: at most cap(slots) entries are queued
 	}
 }
 
-// run2 is stage 2: it waits for index writes in order, then releases the
+// runFollowUps is stage 2: it waits for follow-up writes in order, then releases the
 // object, advances the watermark and frees the slot.
-func (p *Pipeline) run2(ctx context.Context) {
+func (p *Pipeline) runFollowUps(ctx context.Context) {
 	defer close(p.stopped2)
 	bookmarkOnly := true
 	for {
 		var pe *pending
 		select {
-		case pe = <-p.queue2:
+		case pe = <-p.followQueue:
 		case <-ctx.Done():
 			return
 		}
-		if pe.e.Index != nil {
-			if !p.await(ctx, pe.e.Index, &pe.ixFuture, p.indexAcked) {
+		if pe.e.FollowUp != nil {
+			if !p.await(ctx, pe.e.FollowUp, &pe.followFuture, p.followUpAcked) {
 				return
 			}
 		}
 		p.release(pe)
-		if pe.e.Msg != nil || pe.e.Index != nil || !pe.e.Bookmark {
+		if pe.e.Msg != nil || pe.e.FollowUp != nil || !pe.e.Bookmark {
 			bookmarkOnly = false
 		}
 		p.mu.Lock()
@@ -495,11 +496,11 @@ func (p *Pipeline) run2(ctx context.Context) {
 		if advance {
 			p.lastRV, p.lastEp = pe.e.ResourceVersion, pe.e.Epoch
 		}
-		ixSeq := p.ixSeq
+		followSeq := p.followSeq
 		p.mu.Unlock()
 		failpoint.Inject(failpoint.SinkAfterAck)
 		if advance && p.onAdvance != nil {
-			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly, IndexSeq: ixSeq, StreamSeq: pe.fromSeq})
+			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly, FollowUpSeq: followSeq, StreamSeq: pe.fromSeq})
 			bookmarkOnly = true
 		}
 		p.releaseBytes(pe)
@@ -521,9 +522,9 @@ func (p *Pipeline) eventAcked(pe *pending, ack *jetstream.PubAck) {
 	}
 }
 
-func (p *Pipeline) indexAcked(ack *jetstream.PubAck) {
+func (p *Pipeline) followUpAcked(ack *jetstream.PubAck) {
 	p.mu.Lock()
-	p.ixSeq = max(p.ixSeq, ack.Sequence)
+	p.followSeq = max(p.followSeq, ack.Sequence)
 	p.mu.Unlock()
 }
 
@@ -597,7 +598,7 @@ func (p *Pipeline) Drain(ctx context.Context) error {
 			for ; i > 0; i-- {
 				<-p.slots
 			}
-			return fmt.Errorf("drain %s: %d publishes still unacknowledged: %w", p.source, len(p.queue)+len(p.queue2), ctx.Err())
+			return fmt.Errorf("drain %s: %d publishes still unacknowledged: %w", p.source, len(p.queue)+len(p.followQueue), ctx.Err())
 		}
 	}
 	for i := 0; i < cap(p.slots); i++ {

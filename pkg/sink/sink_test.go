@@ -255,7 +255,7 @@ func TestDrainWaitsForAcksAndReportsWhatIsLeft(t *testing.T) {
 func ackSeq(f *future, seq uint64) { f.ok <- &jetstream.PubAck{Sequence: seq} }
 
 func withIndex(e Entry, id string) Entry {
-	e.Index = &event.Message{Subject: "$KV.idx." + id, Data: []byte(`{}`)}
+	e.FollowUp = &event.Message{Subject: "$KV.idx." + id, Data: []byte(`{}`)}
 	return e
 }
 
@@ -318,7 +318,7 @@ func TestIndexWriteFollowsEventAck(t *testing.T) {
 	if a := nextAdvance(t, adv); a.ResourceVersion != "1" {
 		t.Fatalf("first advance %+v", a)
 	}
-	if a := nextAdvance(t, adv); a.ResourceVersion != "2" || a.IndexSeq != 8 {
+	if a := nextAdvance(t, adv); a.ResourceVersion != "2" || a.FollowUpSeq != 8 {
 		t.Fatalf("second advance %+v, want rv 2 and index seq 8", a)
 	}
 	if err := <-submitted; err != nil {
@@ -331,7 +331,7 @@ func TestIndexWriteFollowsEventAck(t *testing.T) {
 	// An entry with only an index write (a filtered change) publishes it at once.
 	ack(a2)
 	ixA3 := fake.next(t)
-	e := Entry{ObjectKey: "C", ResourceVersion: "4", Index: &event.Message{Subject: "$KV.idx.C", Data: []byte(`{}`)}}
+	e := Entry{ObjectKey: "C", ResourceVersion: "4", FollowUp: &event.Message{Subject: "$KV.idx.C", Data: []byte(`{}`)}}
 	if err := p.Submit(ctx, e); err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestIndexWriteFollowsEventAck(t *testing.T) {
 	if a := nextAdvance(t, adv); a.ResourceVersion != "3" {
 		t.Fatalf("advance %+v", a)
 	}
-	if a := nextAdvance(t, adv); a.ResourceVersion != "4" || a.IndexSeq != 10 || a.BookmarkOnly {
+	if a := nextAdvance(t, adv); a.ResourceVersion != "4" || a.FollowUpSeq != 10 || a.BookmarkOnly {
 		t.Fatalf("advance %+v", a)
 	}
 	if err := p.Drain(ctx); err != nil {

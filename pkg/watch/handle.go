@@ -108,7 +108,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 			ix = w.o.Bucket().PutMsg(w.ix.prefix, obj)
 		}
 	}
-	e := sink.Entry{Index: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch}
+	e := sink.Entry{FollowUp: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch}
 	if !w.filter[c.typ] {
 		w.filtered.Inc()
 		return w.o.Pipe.Submit(ctx, e)
@@ -148,7 +148,7 @@ func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
 	// between the two the other way round, the next relist would reuse this
 	// epoch, and JetStream would drop its markers as duplicates of this
 	// one's. A skipped epoch is harmless.
-	if err := w.o.Pipe.Submit(ctx, sink.Entry{Index: w.o.Bucket().EpochMsg(w.ix.prefix, it.Epoch), ObjectKey: epochGate, Epoch: it.Epoch}); err != nil {
+	if err := w.o.Pipe.Submit(ctx, sink.Entry{FollowUp: w.o.Bucket().EpochMsg(w.ix.prefix, it.Epoch), ObjectKey: epochGate, Epoch: it.Epoch}); err != nil {
 		return err
 	}
 	return w.o.Pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: epochGate, Epoch: it.Epoch, ReadAt: it.ReadAt})
@@ -188,7 +188,7 @@ func (w *Watch) syncDeleted(ctx context.Context, epoch uint64, readAt time.Time)
 	b := w.o.Bucket()
 	_, err := w.ix.idx.EndSync(func(o index.Object) error {
 		w.counts.Deleted++
-		e := sink.Entry{Index: b.DeleteMsg(w.ix.prefix, o.UID), ObjectKey: o.UID, Epoch: epoch}
+		e := sink.Entry{FollowUp: b.DeleteMsg(w.ix.prefix, o.UID), ObjectKey: o.UID, Epoch: epoch}
 		if !w.filter[event.Deleted] {
 			w.filtered.Inc()
 			return w.o.Pipe.Submit(ctx, e)

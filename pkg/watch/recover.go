@@ -37,7 +37,7 @@ func (w *Watch) loadIndex(ctx context.Context) (relist string, err error) {
 	if errors.As(err, &corrupt) {
 		w.log.Error("the index has entries that cannot be read; they are removed and the source relists", zap.Strings("keys", corrupt.Keys), zap.Error(err))
 		for _, k := range corrupt.Keys {
-			if err := w.o.Pipe.Submit(ctx, sink.Entry{Index: b.DeleteKeyMsg(k)}); err != nil {
+			if err := w.o.Pipe.Submit(ctx, sink.Entry{FollowUp: b.DeleteKeyMsg(k)}); err != nil {
 				return "", err
 			}
 		}
@@ -123,7 +123,7 @@ func (w *Watch) catchUp(ctx context.Context, from uint64) error {
 		} else {
 			msg = b.PutMsg(w.ix.prefix, f.Object)
 		}
-		if err := w.o.Pipe.Submit(ctx, sink.Entry{Index: msg, ObjectKey: f.UID}); err != nil {
+		if err := w.o.Pipe.Submit(ctx, sink.Entry{FollowUp: msg, ObjectKey: f.UID}); err != nil {
 			return err
 		}
 	}

@@ -216,7 +216,7 @@ func (w *Watch) LastError() string {
 // Advance is the pipeline's watermark callback: the checkpoint records the
 // position with the index generation it matches.
 func (w *Watch) Advance(a sink.Advance) {
-	ref := &checkpoint.IndexRef{Generation: w.ix.gen, Seq: max(a.IndexSeq, w.ix.seqFloor)}
+	ref := &checkpoint.IndexRef{Generation: w.ix.gen, Seq: max(a.FollowUpSeq, w.ix.seqFloor)}
 	w.o.Positions.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref, StreamSeq: a.StreamSeq}, a.BookmarkOnly)
 }
 

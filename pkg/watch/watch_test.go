@@ -297,8 +297,8 @@ func describe(t *testing.T, entries []sink.Entry) []string {
 				parts = append(parts, s)
 			}
 		}
-		if e.Index != nil {
-			parts = append(parts, "["+e.Index.Subject+"]")
+		if e.FollowUp != nil {
+			parts = append(parts, "["+e.FollowUp.Subject+"]")
 		}
 		if e.ResourceVersion != "" {
 			parts = append(parts, "→"+e.ResourceVersion)
