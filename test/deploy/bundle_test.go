@@ -33,8 +33,13 @@ type bundle struct {
 	cfg          *config.Config // parsed config (checkpoint.namespace unresolved)
 }
 
+// loadBundle renders the kustomization in dir, or, for a name of
+// chartRenders, the Helm chart with those values.
 func loadBundle(t testing.TB, dir string) *bundle {
 	t.Helper()
+	if values, ok := chartRenders[dir]; ok {
+		return bundleOf(t, dir, renderChart(t, "relayd", "relayd", values(t)...))
+	}
 	return bundleOf(t, dir, render(t, dir))
 }
 

@@ -36,12 +36,16 @@ const (
 	natsSecureDir = "deploy/overlays/nats-secure"
 )
 
-var shipped = []string{baseDir, overlayDir, haDir, natsSecureDir}
+// shipped are the renders that the static tests check: the kustomize base
+// and overlays, and the Helm chart with its default values and with every
+// option on (chartRenders).
+var shipped = []string{baseDir, overlayDir, haDir, natsSecureDir, chartDefault, chartAllOptions}
 
 // TestRBACIsLeastPrivilege: no wildcards, no create (or any other write but
 // update), no secrets, no non-resource URLs; ClusterRoles only list and
 // watch; Roles only get and update named objects that the manifests ship
-// (the checkpoint ConfigMap; a leader-election Lease would be another).
+// (the checkpoint ConfigMap, the sharding Leases), or list and watch in a
+// namespace that a source restricted to namespaces watches.
 func TestRBACIsLeastPrivilege(t *testing.T) {
 	mapper := discoveryMapper(t)
 	for _, dir := range shipped {
@@ -52,8 +56,16 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			for o := range rules {
 				kinds[o.GetKind()]++
 			}
-			if kinds["ClusterRole"] != 1 || kinds["Role"] < 1 {
-				t.Errorf("want one ClusterRole and at least one Role, rendered %v", kinds)
+			clusterRoles := 0
+			watchedNamespaces := sets.New[string]()
+			for _, src := range b.cfg.Sources {
+				if src.AllNamespaces() {
+					clusterRoles = 1
+				}
+				watchedNamespaces.Insert(src.Namespaces...)
+			}
+			if kinds["ClusterRole"] != clusterRoles || kinds["Role"] < 1 {
+				t.Errorf("want %d ClusterRole (sources of all namespaces) and at least one Role, rendered %v", clusterRoles, kinds)
 			}
 			checkpointGranted := sets.New[string]()
 			for o, rs := range rules {
@@ -94,6 +106,13 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 							t.Errorf("%s: resourceNames on a list/watch rule match nothing useful", where)
 						}
 					case "Role":
+						if len(r.ResourceNames) == 0 && watchedNamespaces.Has(o.GetNamespace()) {
+							// The list and watch of the sources restricted to this namespace.
+							if extra := sets.New(r.Verbs...).Difference(sets.New("list", "watch")); extra.Len() > 0 {
+								t.Errorf("%s: verbs %v beyond list and watch in watched namespace %s", where, sets.List(extra), o.GetNamespace())
+							}
+							break
+						}
 						if extra := sets.New(r.Verbs...).Difference(sets.New("get", "update")); extra.Len() > 0 {
 							t.Errorf("%s: verbs %v beyond get and update", where, sets.List(extra))
 						}
@@ -137,26 +156,39 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 	}
 }
 
-// TestClusterRoleGrantsExactlyTheWatchedResources resolves every source of
-// the shipped config through the real apiserver's discovery (as relayd
-// does) and requires list+watch on exactly those resources, nothing more.
-func TestClusterRoleGrantsExactlyTheWatchedResources(t *testing.T) {
+// TestRolesGrantExactlyTheWatchedResources resolves every source of the
+// shipped config through the real apiserver's discovery (as relayd does)
+// and requires list+watch on exactly those resources, nothing more: in the
+// ClusterRole for a source of all namespaces, in a Role of each namespace
+// for a source restricted to namespaces (one watch per namespace).
+func TestRolesGrantExactlyTheWatchedResources(t *testing.T) {
 	mapper := discoveryMapper(t)
 	for _, dir := range shipped {
 		t.Run(dir, func(t *testing.T) {
 			b := loadBundle(t, dir)
 			want := sets.New[string]()
-			for _, gr := range watchedResources(t, mapper, b.cfg) {
-				want.Insert("list "+gr.Resource+"."+gr.Group, "watch "+gr.Resource+"."+gr.Group)
+			resources := watchedResources(t, mapper, b.cfg)
+			for _, src := range b.cfg.Sources {
+				gr := resources[src.Name]
+				scopes := []string{"cluster-wide"}
+				if !src.AllNamespaces() {
+					scopes = src.Namespaces
+				}
+				for _, scope := range scopes {
+					want.Insert(scope+": list "+gr.Resource+"."+gr.Group, scope+": watch "+gr.Resource+"."+gr.Group)
+				}
 			}
 			got := sets.New[string]()
 			for _, p := range permissions(t, b.objs) {
-				if p.roleKind == "ClusterRole" {
-					got.Insert(p.verb + " " + p.resource + "." + p.group)
+				switch {
+				case p.roleKind == "ClusterRole":
+					got.Insert("cluster-wide: " + p.verb + " " + p.resource + "." + p.group)
+				case p.verb == "list" || p.verb == "watch":
+					got.Insert(p.namespace + ": " + p.verb + " " + p.resource + "." + p.group)
 				}
 			}
 			if !got.Equal(want) {
-				t.Errorf("ClusterRole grants %v; the config's sources need exactly %v (missing %v, extra %v)",
+				t.Errorf("the roles grant %v; the config's sources need exactly %v (missing %v, extra %v)",
 					sets.List(got), sets.List(want), sets.List(want.Difference(got)), sets.List(got.Difference(want)))
 			}
 		})
@@ -172,11 +204,19 @@ func TestBindingsGrantTheRolesToTheServiceAccount(t *testing.T) {
 			b := loadBundle(t, dir)
 			bound := sets.New[string]()
 			check := func(o *unstructured.Unstructured, ref rbacv1.RoleRef, subjects []rbacv1.Subject) {
-				role := find(t, b.objs, ref.Kind, ref.Name)
-				if role.GetNamespace() != o.GetNamespace() {
-					t.Errorf("%s binds %s from another namespace", describe(o), describe(role))
+				// A RoleBinding's Role is the one of that name in its own
+				// namespace (the chart renders one per watched namespace).
+				var role *unstructured.Unstructured
+				for _, r := range ofKind(b.objs, ref.Kind) {
+					if r.GetName() == ref.Name && r.GetNamespace() == o.GetNamespace() {
+						role = r
+					}
 				}
-				bound.Insert(ref.Kind + "/" + ref.Name)
+				if role == nil {
+					t.Errorf("%s binds %s %s, which is not rendered in its namespace", describe(o), ref.Kind, ref.Name)
+					return
+				}
+				bound.Insert(describe(role))
 				want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: b.sa.Name, Namespace: b.sa.Namespace}}
 				if !reflect.DeepEqual(subjects, want) {
 					t.Errorf("%s subjects = %+v, want %+v", describe(o), subjects, want)
@@ -191,7 +231,7 @@ func TestBindingsGrantTheRolesToTheServiceAccount(t *testing.T) {
 				check(o, rb.RoleRef, rb.Subjects)
 			}
 			for o := range roleRules(t, b.objs) {
-				if !bound.Has(o.GetKind() + "/" + o.GetName()) {
+				if !bound.Has(describe(o)) {
 					t.Errorf("%s is bound by no binding", describe(o))
 				}
 			}

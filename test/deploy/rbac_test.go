@@ -78,9 +78,16 @@ func newInstallOfBundle(t *testing.T, e *testenv.Env, natsURL string, b *bundle,
 
 // applyAll applies every rendered object as rendered (server-side); only
 // the config ConfigMap gets the test's NATS URL. RBAC, ServiceAccount and
-// the checkpoint ConfigMap are exactly what kustomize produced.
+// the checkpoint ConfigMap are exactly what kustomize (or helm) produced.
+// The namespaces they are in are created first (the Roles of a source
+// restricted to namespaces live in those).
 func (in *install) applyAll(t *testing.T) {
 	t.Helper()
+	for _, o := range in.b.objs {
+		if ns := o.GetNamespace(); ns != "" {
+			in.c.ensureNamespace(t, ns)
+		}
+	}
 	for _, o := range in.b.objs {
 		if o.GetKind() == "ConfigMap" && o.GetName() == in.b.configMap.Name {
 			o = in.configObject(t)
@@ -172,7 +179,15 @@ func (in *install) waitReady(t *testing.T, r *relayd) {
 // until the authorizer denies it, runs fn, and restores the role.
 func (in *install) without(t *testing.T, p permission, fn func()) {
 	t.Helper()
-	role := find(t, in.b.objs, p.roleKind, p.roleName)
+	var role *unstructured.Unstructured // by name and namespace: the chart's watch Roles share a name
+	for _, o := range ofKind(in.b.objs, p.roleKind) {
+		if o.GetName() == p.roleName && o.GetNamespace() == p.namespace {
+			role = o
+		}
+	}
+	if role == nil {
+		t.Fatalf("no %s %s/%s rendered", p.roleKind, p.namespace, p.roleName)
+	}
 	reduced := withoutPermission(t, role, p)
 	all := permissions(t, in.b.objs)
 	if got, want := len(permissions(t, []*unstructured.Unstructured{reduced})), countPerms(all, role)-1; got != want {
@@ -233,15 +248,20 @@ func (in *install) expectForbidden(t *testing.T, p permission) {
 	if hit.level != "error" {
 		t.Errorf("the line naming the missing permission is logged at level %q, want error: %s", hit.level, hit.raw)
 	}
-	switch p.roleKind {
-	case "Role":
+	// A permission without resourceNames is a source's list or watch (in
+	// the ClusterRole, or in a Role of a namespace a source is restricted
+	// to); a named one is the checkpoint ConfigMap or another shipped object
+	// (a Lease), for which the apiserver's words above suffice.
+	watchPerm := len(p.resourceNames) == 0
+	switch {
+	case !watchPerm:
 		if p.resource != "configmaps" || !slices.Contains(p.resourceNames, in.b.checkpointCM.Name) {
-			break // another named object (e.g. a Lease): the apiserver's words above suffice
+			break
 		}
 		if obj := in.b.namespace() + "/" + in.b.checkpointCM.Name; !strings.Contains(hit.text, obj) || !strings.Contains(hit.text, `grant "get" and "update"`) {
 			t.Errorf("the error does not name the checkpoint ConfigMap %s and what to grant: %s", obj, hit.text)
 		}
-	case "ClusterRole":
+	default:
 		src := in.sourceFor(t, p)
 		if !strings.Contains(hit.text, "list/watch "+p.resource) || !strings.Contains(hit.text, "source="+src) {
 			t.Errorf("the error does not say that source %q was listing/watching %s: %s", src, p.resource, hit.text)
@@ -254,7 +274,7 @@ func (in *install) expectForbidden(t *testing.T, p permission) {
 	if err != nil || code != 503 {
 		t.Errorf("/readyz = %d %q (%v), want 503", code, body, err)
 	}
-	if p.roleKind == "ClusterRole" && !strings.Contains(body, "forbidden") {
+	if watchPerm && !strings.Contains(body, "forbidden") {
 		t.Errorf("/readyz does not say why the watch is not established: %q", body)
 	}
 	if hc, hb, err := r.probe("/healthz"); err != nil || hc != 200 {
@@ -271,13 +291,19 @@ func (in *install) expectForbidden(t *testing.T, p permission) {
 	}
 }
 
-// sourceFor is the one configured source that watches p's resource.
+// sourceFor is the one configured source that watches p's resource where p
+// grants it: all namespaces for a ClusterRole, p's namespace for a Role.
 func (in *install) sourceFor(t *testing.T, p permission) string {
 	t.Helper()
 	var names []string
-	for name, gr := range watchedResources(t, in.c.mapper, in.b.cfg) {
-		if gr.Group == p.group && gr.Resource == p.resource {
-			names = append(names, name)
+	resources := watchedResources(t, in.c.mapper, in.b.cfg)
+	for _, src := range in.b.cfg.Sources {
+		gr := resources[src.Name]
+		if gr.Group != p.group || gr.Resource != p.resource {
+			continue
+		}
+		if (p.namespace == "" && src.AllNamespaces()) || (p.namespace != "" && slices.Contains(src.Namespaces, p.namespace)) {
+			names = append(names, src.Name)
 		}
 	}
 	if len(names) != 1 {
@@ -308,10 +334,29 @@ func TestShippedRBACIsEnoughAndEveryPermissionIsNeeded(t *testing.T) {
 // it (or, for list with streaming lists, is ready: see below).
 func checkRBACIsEnoughAndMinimal(t *testing.T, in *install) {
 	b, ctx := in.b, t.Context()
+	// The test changes a ConfigMap and a Deployment: in a new namespace for
+	// a source of all namespaces, in the first namespace of a source
+	// restricted to namespaces (which must be new to this run, so that
+	// -count=N works). Every watch has a checkpoint key.
+	probeNS := fmt.Sprintf("deploy-probe-%d", time.Now().UnixNano())
+	probeNSOf := map[string]string{} // by resource
+	var checkpointKeys []string
+	resources := watchedResources(t, in.c.mapper, b.cfg)
 	for _, src := range b.cfg.Sources {
-		if len(src.Namespaces) > 0 {
-			t.Fatalf("source %q watches namespaces; this test expects all-namespace sources", src.Name)
+		ns := probeNS
+		if !src.AllNamespaces() {
+			ns = src.Namespaces[0]
 		}
+		probeNSOf[resources[src.Name].Resource] = ns
+		if src.AllNamespaces() {
+			checkpointKeys = append(checkpointKeys, checkpoint.Key(src.Name, ""))
+		}
+		for _, watched := range src.Namespaces {
+			checkpointKeys = append(checkpointKeys, checkpoint.Key(src.Name, watched))
+		}
+	}
+	if len(b.cfg.Sources) != 2 || probeNSOf["configmaps"] == "" || probeNSOf["deployments"] == "" {
+		t.Fatalf("the test makes a change of a ConfigMap and of a Deployment; the config must watch those two, it watches %v", resources)
 	}
 	t.Logf("relayd env: %q", in.envv)
 
@@ -330,14 +375,15 @@ func checkRBACIsEnoughAndMinimal(t *testing.T, in *install) {
 		in.waitReady(t, r)
 
 		// A change of every watched kind.
-		probeNS := fmt.Sprintf("deploy-probe-%d", time.Now().UnixNano()) // unique, so -count=N works
-		in.c.ensureNamespace(t, probeNS)
-		if _, err := in.c.cs.CoreV1().ConfigMaps(probeNS).Create(ctx, &corev1.ConfigMap{
+		for _, ns := range probeNSOf {
+			in.c.ensureNamespace(t, ns)
+		}
+		if _, err := in.c.cs.CoreV1().ConfigMaps(probeNSOf["configmaps"]).Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		labels := map[string]string{"app": "probe"}
-		if _, err := in.c.cs.AppsV1().Deployments(probeNS).Create(ctx, &appsv1.Deployment{
+		if _, err := in.c.cs.AppsV1().Deployments(probeNSOf["deployments"]).Create(ctx, &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: "probe"},
 			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
@@ -347,11 +393,8 @@ func checkRBACIsEnoughAndMinimal(t *testing.T, in *install) {
 		}
 		prefix := strings.TrimSuffix(b.cfg.StreamSubject(), ">")
 		want := map[string]bool{
-			prefix + "core.v1.configmaps." + probeNS + ".probe.added":  false,
-			prefix + "apps.v1.deployments." + probeNS + ".probe.added": false,
-		}
-		if len(want) != len(b.cfg.Sources) {
-			t.Fatalf("the test makes a change for 2 kinds; the config watches %d", len(b.cfg.Sources))
+			prefix + "core.v1.configmaps." + probeNSOf["configmaps"] + ".probe.added":   false,
+			prefix + "apps.v1.deployments." + probeNSOf["deployments"] + ".probe.added": false,
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for slices.Contains(slices.Collect(maps.Values(want)), false) {
@@ -377,14 +420,13 @@ func checkRBACIsEnoughAndMinimal(t *testing.T, in *install) {
 			t.Logf("relayed %s (source %s, Nats-Msg-Id %s)", msg.Subject, ce.Source, msg.Header.Get("Nats-Msg-Id"))
 		}
 
-		// The checkpoint: one key per source, written by relayd.
+		// The checkpoint: one key per watch, written by relayd.
 		eventually(t, r, 30*time.Second, "checkpoint written", func() error {
 			cm, err := in.c.cs.CoreV1().ConfigMaps(b.namespace()).Get(ctx, b.checkpointCM.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			for _, src := range b.cfg.Sources {
-				key := checkpoint.Key(src.Name, "")
+			for _, key := range checkpointKeys {
 				var p checkpoint.Position
 				raw, ok := cm.Data[key]
 				if !ok {
@@ -416,7 +458,7 @@ func checkRBACIsEnoughAndMinimal(t *testing.T, in *install) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !maps.Equal(before.Data, after.Data) || len(after.Data) != len(b.cfg.Sources) {
+		if !maps.Equal(before.Data, after.Data) || len(after.Data) != len(checkpointKeys) {
 			t.Errorf("re-applying the base changed the checkpoint: %v -> %v", before.Data, after.Data)
 		}
 	})
@@ -495,7 +537,7 @@ func TestListIsNeededWithoutStreamingLists(t *testing.T) {
 func countPerms(perms []permission, role *unstructured.Unstructured) int {
 	n := 0
 	for _, p := range perms {
-		if p.roleKind == role.GetKind() && p.roleName == role.GetName() {
+		if p.roleKind == role.GetKind() && p.roleName == role.GetName() && p.namespace == role.GetNamespace() {
 			n++
 		}
 	}

@@ -28,30 +28,130 @@ app.kubernetes.io/component: relay
 {{- end -}}
 
 {{/*
-The list+watch rules, one per distinct group/resource of the sources. A
-source named by `resource:` gives its group and plural resource; one named
+relayd.watchGrants: where relayd needs list and watch, as JSON
+{"cluster": ["<group>/<resource>", ...], "namespaces": {"<ns>": [...]}}.
+A source without `namespaces:` (all namespaces, or a cluster-scoped kind)
+needs them cluster-wide (the ClusterRole); a source with `namespaces:`
+watches each of them on its own, and needs them only there (a Role in each).
+A source named by `resource:` gives its group and plural resource; one named
 by apiVersion + kind needs rbac.resources.<source name>.
 */}}
-{{- define "relayd.sourceRules" -}}
-{{- $seen := dict -}}
+{{- define "relayd.watchGrants" -}}
+{{- $rbacResources := (.Values.rbac | default dict).resources | default dict -}}
+{{- $sources := dict -}}
+{{- range .Values.config.sources -}}
+{{- $_ := set $sources .name . -}}
+{{- end -}}
+{{- range $name, $_ := $rbacResources -}}
+{{- $src := get $sources $name -}}
+{{- if not $src -}}
+{{- fail (printf "rbac.resources.%s: no source is named %q (config.sources: %s)" $name $name (keys $sources | sortAlpha | join ", ")) -}}
+{{- else if $src.resource -}}
+{{- fail (printf "rbac.resources.%s: source %q is named by resource:, which gives its plural resource already; remove the entry" $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- $cluster := list -}}
+{{- $namespaced := dict -}}
 {{- range .Values.config.sources -}}
 {{- $group := "" -}}{{- $resource := "" -}}
-{{- if .resource -}}
+{{- if and .resource (or .apiVersion .kind) -}}
+{{- fail (printf "source %q: name it either by resource: or by apiVersion + kind, not both" .name) -}}
+{{- else if not (or .resource (and .apiVersion .kind)) -}}
+{{- fail (printf "source %q: name its resource, by resource: {group, version, resource} or by apiVersion + kind" .name) -}}
+{{- else if .resource -}}
 {{- $group = .resource.group | default "" -}}{{- $resource = .resource.resource -}}
 {{- else -}}
 {{- $parts := splitList "/" (.apiVersion | default "") -}}
 {{- if eq (len $parts) 2 }}{{ $group = index $parts 0 }}{{ end -}}
-{{- $resource = index ($.Values.rbac.resources | default dict) .name | default "" -}}
+{{- $resource = get $rbacResources .name -}}
 {{- if not $resource -}}
-{{- fail (printf "source %q is named by apiVersion and kind: give rbac.resources.%s (its plural resource name, e.g. %s) so that the chart can grant list and watch on it" .name .name (lower (printf "%ss" (.kind | default "widget")))) -}}
+{{- fail (printf "source %q: give rbac.resources.%s (the plural resource name of kind %s in %s, as `kubectl api-resources` lists it) for a source named by apiVersion and kind, so that the chart can grant list and watch on it" .name .name (.kind | default "?") (.apiVersion | default "?")) -}}
 {{- end -}}
 {{- end -}}
-{{- $key := printf "%s/%s" $group $resource -}}
-{{- if not (hasKey $seen $key) }}
-{{- $_ := set $seen $key true }}
-- apiGroups: [{{ $group | quote }}]
-  resources: [{{ $resource }}]
+{{- $gr := printf "%s/%s" $group $resource -}}
+{{- if .namespaces -}}
+{{- range .namespaces -}}
+{{- $_ := set $namespaced . (append (get $namespaced . | default list) $gr | uniq) -}}
+{{- end -}}
+{{- else -}}
+{{- $cluster = append $cluster $gr | uniq -}}
+{{- end -}}
+{{- end -}}
+{{- dict "cluster" $cluster "namespaces" $namespaced | toJson -}}
+{{- end -}}
+
+{{/* relayd.watchRules: list+watch rules of a list of "<group>/<resource>". */}}
+{{- define "relayd.watchRules" -}}
+{{- range . }}
+{{- $gr := splitList "/" . }}
+- apiGroups: [{{ index $gr 0 | quote }}]
+  resources: [{{ index $gr 1 }}]
   verbs: [list, watch]
+{{- end }}
+{{- end -}}
+
+{{/*
+relayd.seconds: a Go duration ("20s", "1m30s", "500ms") in seconds, as a
+float; "" for a value it cannot read (relayd check-config reports those).
+*/}}
+{{- define "relayd.seconds" -}}
+{{- $d := toString . -}}
+{{- if regexMatch "^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$" $d -}}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" $d -1 -}}
+{{- $n := regexFind "^[0-9]+(\\.[0-9]+)?" . -}}
+{{- $total = addf $total (mulf (float64 $n) (get $units (trimPrefix $n .))) -}}
+{{- end -}}
+{{- $total -}}
+{{- else if eq $d "0" -}}0
 {{- end -}}
 {{- end -}}
+
+{{/*
+relayd.checks: what the chart can tell before relayd runs. Included by the
+Deployment template.
+*/}}
+{{- define "relayd.checks" -}}
+{{- if and (not (include "relayd.sharding" .)) (gt (int .Values.replicas) 1) -}}
+{{- fail "replicas > 1 needs config.sharding.enabled: true (without sharding two replicas would relay the same sources)" -}}
+{{- end -}}
+{{- $drain := include "relayd.seconds" ((.Values.config.shutdown | default dict).drainTimeout | default "20s") -}}
+{{- if and $drain (lt (float64 .Values.terminationGracePeriodSeconds) (addf (float64 $drain) 10)) -}}
+{{- fail (printf "terminationGracePeriodSeconds %v is below config.shutdown.drainTimeout (%ss) + 10s: after draining relayd writes its final checkpoint and stops its HTTP servers; raise terminationGracePeriodSeconds" .Values.terminationGracePeriodSeconds $drain) -}}
+{{- end -}}
+{{- $nats := .Values.config.nats | default dict -}}
+{{- $tls := $nats.tls | default dict -}}
+{{- $files := dict "credentialsFile" $nats.credentialsFile "nkeySeedFile" $nats.nkeySeedFile "tokenFile" $nats.tokenFile "userFile" $nats.userFile "passwordFile" $nats.passwordFile "tls.caFile" $tls.caFile "tls.certFile" $tls.certFile "tls.keyFile" $tls.keyFile -}}
+{{- range $key, $path := $files -}}
+{{- if $path -}}
+{{- if not $.Values.natsSecret.name -}}
+{{- fail (printf "config.nats.%s is %q, but natsSecret.name is empty: the chart mounts NATS credentials and TLS files from that Secret only" $key $path) -}}
+{{- end -}}
+{{- if ne (dir $path) (trimSuffix "/" $.Values.natsSecret.mountPath) -}}
+{{- fail (printf "config.nats.%s %q is not a file of the Secret %s mounted at natsSecret.mountPath %s" $key $path $.Values.natsSecret.name $.Values.natsSecret.mountPath) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+relayd.peer: a one-peer NetworkPolicy list from {namespaceSelector,
+podSelector}, each left out when empty; "" when both are.
+*/}}
+{{- define "relayd.peer" -}}
+{{- $peer := dict -}}
+{{- if .namespaceSelector }}{{ $_ := set $peer "namespaceSelector" .namespaceSelector }}{{ end -}}
+{{- if .podSelector }}{{ $_ := set $peer "podSelector" .podSelector }}{{ end -}}
+{{- if $peer }}{{ list $peer | toYaml }}{{ end -}}
+{{- end -}}
+
+{{/* relayd.grNames: "<group>/<resource>"s as kubectl names them, "deployments.apps". */}}
+{{- define "relayd.grNames" -}}
+{{- $names := list -}}
+{{- range . -}}
+{{- $gr := splitList "/" . -}}
+{{- $names = append $names (ternary (index $gr 1) (printf "%s.%s" (index $gr 1) (index $gr 0)) (eq (index $gr 0) "")) -}}
+{{- end -}}
+{{- join ", " $names -}}
 {{- end -}}
