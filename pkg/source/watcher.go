@@ -226,17 +226,7 @@ func (w *Watcher) Position() (string, uint64) {
 // not found) occurs, delivering items to h. Transient errors are retried
 // inside with backoff. The first call uses st; later calls resume.
 func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
-	w.mu.Lock()
-	if !w.started {
-		w.started = true
-		w.rv, w.epoch = st.ResourceVersion, st.Epoch
-		if st.Relist != "" {
-			w.listing = &listPlan{origin: event.OriginResync, reason: st.Relist}
-		} else if w.rv == "" && st.Snapshot {
-			w.listing = &listPlan{origin: event.OriginInitial, reason: metrics.ReasonInitial}
-		}
-	}
-	w.mu.Unlock()
+	w.begin(st)
 	defer w.o.OnState(false)
 	w.failures = retry.NewFailures(w.log, "watch failed; retrying", retry.AtLevel(zapcore.WarnLevel))
 
@@ -245,104 +235,220 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if w.rv == "" && w.listing == nil {
+		if w.next() == nextCurrentRV {
 			// initial: none — start from the current state without listing.
-			rv, err := w.currentRV(ctx)
-			if err != nil {
-				if w.refusedMetadata(err) {
-					continue
-				}
-				if perm := permanent(err); perm != "" {
-					w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, perm).Inc()
-					return w.describe(err)
-				}
-				w.log.Warn("cannot read the current resourceVersion; retrying", zap.Error(err))
-				if !sleep(ctx, backoff.Step()) {
-					return ctx.Err()
+			if ok, err := w.fromCurrentRV(ctx, &backoff); !ok {
+				if err != nil {
+					return err
 				}
 				continue
 			}
-			w.setRV(rv)
 		}
 		t0 := time.Now()
-		var err error
-		if w.listing != nil && w.noStream {
-			err = w.listPages(ctx, h)
-			if err == nil {
-				err = w.watch(ctx, h, false)
-			}
-		} else {
-			err = w.watch(ctx, h, w.listing != nil)
-		}
-		reason := metrics.ReasonTimeout
-		switch {
-		case ctx.Err() != nil:
+		err := w.attempt(ctx, h)
+		if ctx.Err() != nil {
 			return ctx.Err()
-		case err == nil:
-			// The server ended the watch (timeoutSeconds): resume at once.
-		case errors.Is(err, errStreamingUnsupported):
+		}
+		out, reason := classify(err, w.metadataOnly())
+		switch out {
+		case outcomeHandler:
+			return err
+		case outcomePermanent:
+			w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, reason).Inc()
+			return w.describe(err)
+		case outcomeNoStream:
 			w.log.Warn("the apiserver refused the streaming list; using paginated LIST from now on", zap.Error(err))
 			w.noStream = true
 			continue
-		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
-			reason = metrics.ReasonExpired
+		case outcomeWholeObjects:
+			w.useWholeObjects(err)
+			continue
+		case outcomeRelist:
 			w.mu.Lock()
 			w.listing = &listPlan{origin: event.OriginResync, reason: metrics.ReasonExpired}
 			w.mu.Unlock()
 			w.log.Warn("watch position expired (410); relisting", zap.String("resourceVersion", w.rv), zap.Error(err))
-		case errors.Is(err, handlerError{}):
-			return err
-		case w.refusedMetadata(err):
-			continue
-		default:
-			if perm := permanent(err); perm != "" {
-				w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, perm).Inc()
-				return w.describe(err)
-			}
-			reason = metrics.ReasonError
-			if errors.Is(err, errIdle) {
-				reason = metrics.ReasonIdle
-			} else if isConnErr(err) {
-				reason = metrics.ReasonClosed
-			}
+		case outcomeRetry:
 			w.failures.Fail(err, zap.String("reason", reason))
 		}
 		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, reason).Inc()
 		w.o.OnState(false)
-		if reason == metrics.ReasonTimeout && err == nil {
-			continue
-		}
-		// A long healthy run resets the backoff; repeated failures (including
-		// a 410 storm) grow it, so the apiserver never sees a hot loop. The
-		// very first 410 relists at once.
-		if time.Since(t0) > time.Minute {
-			backoff = w.o.Backoff
-		}
-		d := backoff.Step()
-		if reason == metrics.ReasonExpired && time.Since(t0) > time.Minute {
-			d = 0
-		}
-		if !sleep(ctx, d) {
+		if !sleep(ctx, pause(&backoff, w.o.Backoff, reason, time.Since(t0))) {
 			return ctx.Err()
 		}
 	}
 }
 
+// begin takes the start position on the first call of Run.
+func (w *Watcher) begin(st Start) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return
+	}
+	w.started = true
+	w.rv, w.epoch = st.ResourceVersion, st.Epoch
+	if st.Relist != "" {
+		w.listing = &listPlan{origin: event.OriginResync, reason: st.Relist}
+	} else if w.rv == "" && st.Snapshot {
+		w.listing = &listPlan{origin: event.OriginInitial, reason: metrics.ReasonInitial}
+	}
+}
+
+// nextRequest is what Run asks the apiserver for next.
+type nextRequest int
+
+const (
+	nextWatch      nextRequest = iota // a watch from the position
+	nextCurrentRV                     // no position and no list due: the current resourceVersion, then a watch from it
+	nextStreamList                    // a list is due: the streaming list (a watch)
+	nextListPages                     // a list is due and the server refused the streaming list: LIST pages, then a watch
+)
+
+// decideNext picks the next request from the position rv, whether a list
+// is due, and whether the server refused the streaming list.
+func decideNext(rv string, listing, noStream bool) nextRequest {
+	switch {
+	case listing && noStream:
+		return nextListPages
+	case listing:
+		return nextStreamList
+	case rv == "":
+		return nextCurrentRV
+	}
+	return nextWatch
+}
+
+func (w *Watcher) next() nextRequest { return decideNext(w.rv, w.listing != nil, w.noStream) }
+
+// fromCurrentRV moves the position to the collection's current
+// resourceVersion. When it did not (ok false), Run tries again, after a
+// backoff for a transient error, unless err is non-nil: a permanent error
+// or ctx's.
+func (w *Watcher) fromCurrentRV(ctx context.Context, backoff *wait.Backoff) (ok bool, err error) {
+	rv, err := w.currentRV(ctx)
+	switch {
+	case err == nil:
+		w.setRV(rv)
+		return true, nil
+	case w.refusedMetadata(err):
+		return false, nil
+	}
+	if perm := permanent(err); perm != "" {
+		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, perm).Inc()
+		return false, w.describe(err)
+	}
+	w.log.Warn("cannot read the current resourceVersion; retrying", zap.Error(err))
+	if !sleep(ctx, backoff.Step()) {
+		return false, ctx.Err()
+	}
+	return false, nil
+}
+
+// attempt makes one list (if due) and watch.
+func (w *Watcher) attempt(ctx context.Context, h Handler) error {
+	switch w.next() {
+	case nextListPages:
+		if err := w.listPages(ctx, h); err != nil {
+			return err
+		}
+		return w.watch(ctx, h, false)
+	case nextStreamList:
+		return w.watch(ctx, h, true)
+	}
+	return w.watch(ctx, h, false)
+}
+
+// outcome is what Run does after an attempt.
+type outcome int
+
+const (
+	outcomeResume       outcome = iota // the server ended the watch (timeoutSeconds): watch again at once
+	outcomeRetry                       // a transient failure: retry after a backoff
+	outcomeRelist                      // the position expired (410): relist
+	outcomeNoStream                    // the server refused the streaming list: LIST pages from now on, at once
+	outcomeWholeObjects                // the server refused PartialObjectMetadata: whole objects from now on, at once
+	outcomeHandler                     // the handler failed: Run returns its error
+	outcomePermanent                   // retrying cannot help (forbidden, not found): Run returns the error
+)
+
+// classify decides what follows an attempt that ended with err (nil: the
+// server ended the watch), with reason, the watch restart reason counted
+// for it (none for outcomeNoStream, outcomeWholeObjects and
+// outcomeHandler). metadataOnly: requests asked for PartialObjectMetadata.
+func classify(err error, metadataOnly bool) (outcome, string) {
+	switch {
+	case err == nil:
+		return outcomeResume, metrics.ReasonTimeout
+	case errors.Is(err, errStreamingUnsupported):
+		return outcomeNoStream, ""
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		return outcomeRelist, metrics.ReasonExpired
+	case errors.Is(err, handlerError{}):
+		return outcomeHandler, ""
+	case refusesMetadata(err, metadataOnly):
+		return outcomeWholeObjects, ""
+	}
+	if perm := permanent(err); perm != "" {
+		return outcomePermanent, perm
+	}
+	switch {
+	case errors.Is(err, errIdle):
+		return outcomeRetry, metrics.ReasonIdle
+	case isConnErr(err):
+		return outcomeRetry, metrics.ReasonClosed
+	}
+	return outcomeRetry, metrics.ReasonError
+}
+
+// pause is how long Run waits after an attempt that ran for ran and ended
+// with the restart reason; it steps backoff. A watch the server ended is
+// resumed at once. A long healthy run (over a minute) resets backoff to
+// initial; repeated failures (including a 410 storm) grow it, so the
+// apiserver never sees a hot loop. The first 410 after a long run relists
+// at once.
+func pause(backoff *wait.Backoff, initial wait.Backoff, reason string, ran time.Duration) time.Duration {
+	if reason == metrics.ReasonTimeout {
+		return 0
+	}
+	long := ran > time.Minute
+	if long {
+		*backoff = initial
+	}
+	d := backoff.Step()
+	if reason == metrics.ReasonExpired && long {
+		d = 0
+	}
+	return d
+}
+
 // metadataOnly reports whether requests ask for PartialObjectMetadata.
 func (w *Watcher) metadataOnly() bool { return w.o.MetadataOnly && !w.wholeObjects }
 
-// refusedMetadata reports whether err is the server refusing a
+// refusesMetadata reports whether err is the server refusing a
 // PartialObjectMetadata request (406 Not Acceptable: an aggregated
-// apiserver not built on k8s.io/apiserver may not convert), and if so
-// switches to whole objects, of which only the metadata is published: the
-// source keeps working, at the cost the option would have saved.
+// apiserver not built on k8s.io/apiserver may not convert) made because
+// metadataOnly.
+func refusesMetadata(err error, metadataOnly bool) bool {
+	return metadataOnly && apierrors.IsNotAcceptable(err)
+}
+
+// refusedMetadata reports whether err is the server refusing a
+// PartialObjectMetadata request, and if so switches to whole objects.
 func (w *Watcher) refusedMetadata(err error) bool {
-	if !w.metadataOnly() || !apierrors.IsNotAcceptable(err) {
+	if !refusesMetadata(err, w.metadataOnly()) {
 		return false
 	}
+	w.useWholeObjects(err)
+	return true
+}
+
+// useWholeObjects switches to whole objects after the server refused
+// PartialObjectMetadata (err); only their metadata is published: the
+// source keeps working, at the cost the option would have saved.
+func (w *Watcher) useWholeObjects(err error) {
 	w.log.Warn("the apiserver cannot serve this resource as PartialObjectMetadata; fetching whole objects from now on (still publishing only their metadata)", zap.Error(err))
 	w.wholeObjects = true
-	return true
 }
 
 // setTypeMeta gives obj the resource's apiVersion and kind: a
@@ -597,138 +703,211 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	var sync event.SyncEvent
+	s := watchStream{h: h, streamList: streamList, origin: event.OriginWatch}
 	if streamList {
 		var err error
-		if sync, err = w.beginList(ctx, h); err != nil {
+		if s.sync, err = w.beginList(ctx, h); err != nil {
 			return err
 		}
 	}
-	req := w.request(false).
-		Param("watch", "true").
-		Param("allowWatchBookmarks", "true").
-		Param("timeoutSeconds", strconv.Itoa(int(w.o.Timeout/time.Second)))
-	if streamList {
-		req = req.Param("sendInitialEvents", "true").
-			Param("resourceVersionMatch", string(metav1.ResourceVersionMatchNotOlderThan)).
-			Param("resourceVersion", "")
-	} else {
-		req = req.Param("resourceVersion", w.rv)
-	}
-	idle := time.AfterFunc(w.o.IdleTimeout, func() { cancel(errIdle) })
-	defer idle.Stop()
+	req := w.watchRequest(streamList)
+	s.idle = time.AfterFunc(w.o.IdleTimeout, func() { cancel(errIdle) })
+	defer s.idle.Stop()
 	body, err := req.Stream(ctx)
 	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, errIdle) {
-			return errIdle
-		}
-		if streamList && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)) {
-			return fmt.Errorf("%w: %v", errStreamingUnsupported, err)
-		}
-		return err
+		return watchStartErr(context.Cause(ctx), err, streamList)
 	}
 	defer body.Close()
 	w.o.OnState(true)
 	w.failures.OK()
 
 	frames := newFrameReader(body)
-	var (
-		origin = event.OriginWatch
-		n      int64
-	)
 	if streamList {
-		origin = w.listing.origin
+		s.origin = w.listing.origin
 	}
 	for {
 		frame, err := frames.Next()
 		if err != nil {
-			if cause := context.Cause(ctx); errors.Is(cause, errIdle) {
-				return errIdle
-			}
-			if errors.Is(err, io.EOF) {
-				if streamList {
-					return io.ErrUnexpectedEOF // the list did not finish
-				}
-				return nil
-			}
+			return watchEndErr(context.Cause(ctx), err, s.streamList)
+		}
+		if err := w.frame(ctx, &s, frame); err != nil {
 			return err
 		}
-		readAt := time.Now()
-		// One pass over the frame for type, object and its metadata. Only an
-		// ERROR frame may carry an object without metadata (a Status).
-		typ, o, err := event.ParseWatchEventShaped(frame, w.o.Shaping)
-		obj := o.Raw
-		if err != nil {
-			var ferr error
-			if typ, obj, ferr = event.ParseWatchFrame(frame); ferr != nil {
-				return fmt.Errorf("bad watch frame: %w", ferr)
-			}
-			if typ != "ERROR" {
-				return fmt.Errorf("bad object in %s watch frame: %w", typ, err)
-			}
+	}
+}
+
+// watchStream is the state of one watch request, for its frames.
+type watchStream struct {
+	h          Handler
+	idle       *time.Timer // cancels the watch after IdleTimeout without a frame
+	streamList bool        // in the initial events of a streaming list
+	sync       event.SyncEvent
+	origin     event.Origin
+	n          int64 // objects of the streaming list
+}
+
+// watchRequest is the request of a watch, or of a streaming list.
+func (w *Watcher) watchRequest(streamList bool) *rest.Request {
+	req := w.request(false).
+		Param("watch", "true").
+		Param("allowWatchBookmarks", "true").
+		Param("timeoutSeconds", strconv.Itoa(int(w.o.Timeout/time.Second)))
+	if streamList {
+		return req.Param("sendInitialEvents", "true").
+			Param("resourceVersionMatch", string(metav1.ResourceVersionMatchNotOlderThan)).
+			Param("resourceVersion", "")
+	}
+	return req.Param("resourceVersion", w.rv)
+}
+
+// watchStartErr is what watch returns when its request failed with err;
+// cause is the watch context's.
+func watchStartErr(cause, err error, streamList bool) error {
+	if errors.Is(cause, errIdle) {
+		return errIdle
+	}
+	if streamList && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)) {
+		return fmt.Errorf("%w: %v", errStreamingUnsupported, err)
+	}
+	return err
+}
+
+// watchEndErr is what watch returns when reading the next frame failed
+// with err (io.EOF: the server ended the stream between frames); cause is
+// the watch context's.
+func watchEndErr(cause, err error, streamList bool) error {
+	if errors.Is(cause, errIdle) {
+		return errIdle
+	}
+	if errors.Is(err, io.EOF) {
+		if streamList {
+			return io.ErrUnexpectedEOF // the list did not finish
 		}
-		switch typ {
-		case "ADDED", "MODIFIED", "DELETED":
-			t, _ := event.TypeFromWatch(typ)
-			if w.o.MetadataOnly {
-				o.OverrideTypeMeta(w.apiVersion, w.o.Resource.Kind)
-			}
-			it := &Item{Kind: ItemObject, Type: t, Origin: origin, Object: o, Epoch: w.epoch, ReadAt: readAt}
-			if streamList {
-				n++
-			} else {
-				it.ResourceVersion = o.Meta.ResourceVersion
-				w.lastEvent.Set(float64(readAt.UnixNano()) / 1e9)
-			}
-			idle.Stop()
-			if err := h(ctx, it); err != nil {
-				return handlerError{err}
-			}
-			// The position moves only once the handler took the item: if it
-			// failed (e.g. its context ended while submitting), the resumed
-			// watch must read this change again, not start after it. An
-			// object without a resourceVersion (no conforming apiserver sends
-			// one) must not move it to "": the next watch would start from
-			// now and skip changes.
-			if it.ResourceVersion != "" {
-				w.setRV(it.ResourceVersion)
-			}
-			idle.Reset(w.o.IdleTimeout)
-		case "BOOKMARK":
-			rv := o.Meta.ResourceVersion
-			idle.Stop()
-			if streamList && bytes.Contains(obj, initialEventsEnd) {
-				if err := w.endList(ctx, h, sync, rv, n); err != nil {
-					return err
-				}
-				streamList, origin = false, event.OriginWatch
-			} else if !streamList && rv != "" {
-				w.bookmarks.Inc()
-				w.lastBookmark.Set(float64(readAt.UnixNano()) / 1e9)
-				if err := h(ctx, &Item{Kind: ItemBookmark, ResourceVersion: rv, Epoch: w.epoch, ReadAt: readAt}); err != nil {
-					return handlerError{err}
-				}
-				w.setRV(rv)
-			}
-			idle.Reset(w.o.IdleTimeout)
-		case "ERROR":
-			var st metav1.Status
-			if err := json.Unmarshal(obj, &st); err != nil {
-				return fmt.Errorf("bad ERROR frame: %w", err)
-			}
-			if st.Message == "" {
-				// A Status without a message, or an object that is no Status,
-				// would make an empty error ("error": ""): say what came.
-				st.Message = fmt.Sprintf("ERROR watch frame without a message (code %d, reason %q): %.200s", st.Code, st.Reason, obj)
-			}
-			serr := &apierrors.StatusError{ErrStatus: st}
-			if streamList && (st.Code == http.StatusBadRequest || st.Code == http.StatusUnprocessableEntity ||
-				strings.Contains(st.Message, "RequestWatchProgress")) {
-				return fmt.Errorf("%w: %v", errStreamingUnsupported, serr)
-			}
-			return serr
-		default:
-			return fmt.Errorf("unknown watch event type %q", typ)
+		return nil
+	}
+	return err
+}
+
+// frame handles one watch frame.
+func (w *Watcher) frame(ctx context.Context, s *watchStream, frame []byte) error {
+	readAt := time.Now()
+	// One pass over the frame for type, object and its metadata. Only an
+	// ERROR frame may carry an object without metadata (a Status).
+	typ, o, err := event.ParseWatchEventShaped(frame, w.o.Shaping)
+	obj := o.Raw
+	if err != nil {
+		var ferr error
+		if typ, obj, ferr = event.ParseWatchFrame(frame); ferr != nil {
+			return fmt.Errorf("bad watch frame: %w", ferr)
+		}
+		if typ != "ERROR" {
+			return fmt.Errorf("bad object in %s watch frame: %w", typ, err)
 		}
 	}
+	switch typ {
+	case "ADDED", "MODIFIED", "DELETED":
+		return w.objectFrame(ctx, s, typ, &o, readAt)
+	case "BOOKMARK":
+		return w.bookmarkFrame(ctx, s, o.Meta.ResourceVersion, obj, readAt)
+	case "ERROR":
+		return errorFrameErr(obj, s.streamList)
+	default:
+		return fmt.Errorf("unknown watch event type %q", typ)
+	}
+}
+
+// objectFrame delivers the object change of an ADDED, MODIFIED or DELETED
+// frame.
+func (w *Watcher) objectFrame(ctx context.Context, s *watchStream, typ string, o *event.Object, readAt time.Time) error {
+	t, _ := event.TypeFromWatch(typ)
+	if w.o.MetadataOnly {
+		o.OverrideTypeMeta(w.apiVersion, w.o.Resource.Kind)
+	}
+	it := &Item{Kind: ItemObject, Type: t, Origin: s.origin, Object: *o, Epoch: w.epoch, ReadAt: readAt}
+	if s.streamList {
+		s.n++
+	} else {
+		it.ResourceVersion = o.Meta.ResourceVersion
+		w.lastEvent.Set(float64(readAt.UnixNano()) / 1e9)
+	}
+	s.idle.Stop()
+	if err := s.h(ctx, it); err != nil {
+		return handlerError{err}
+	}
+	// The position moves only once the handler took the item: if it
+	// failed (e.g. its context ended while submitting), the resumed
+	// watch must read this change again, not start after it. An
+	// object without a resourceVersion (no conforming apiserver sends
+	// one) must not move it to "": the next watch would start from
+	// now and skip changes.
+	if it.ResourceVersion != "" {
+		w.setRV(it.ResourceVersion)
+	}
+	s.idle.Reset(w.o.IdleTimeout)
+	return nil
+}
+
+// bookmarkKind is what a BOOKMARK frame means.
+type bookmarkKind int
+
+const (
+	bookmarkIgnored  bookmarkKind = iota // inside a streaming list, or without a resourceVersion
+	bookmarkListEnd                      // the end of a streaming list's initial events
+	bookmarkProgress                     // progress of the watch to its resourceVersion
+)
+
+// classifyBookmark says what a BOOKMARK frame with object obj and
+// resourceVersion rv means, in a streaming list's initial events
+// (streamList) or after them.
+func classifyBookmark(streamList bool, obj []byte, rv string) bookmarkKind {
+	switch {
+	case streamList && bytes.Contains(obj, initialEventsEnd):
+		return bookmarkListEnd
+	case !streamList && rv != "":
+		return bookmarkProgress
+	}
+	return bookmarkIgnored
+}
+
+// bookmarkFrame handles a BOOKMARK frame with object obj and
+// resourceVersion rv.
+func (w *Watcher) bookmarkFrame(ctx context.Context, s *watchStream, rv string, obj []byte, readAt time.Time) error {
+	s.idle.Stop()
+	switch classifyBookmark(s.streamList, obj, rv) {
+	case bookmarkListEnd:
+		if err := w.endList(ctx, s.h, s.sync, rv, s.n); err != nil {
+			return err
+		}
+		s.streamList, s.origin = false, event.OriginWatch
+	case bookmarkProgress:
+		w.bookmarks.Inc()
+		w.lastBookmark.Set(float64(readAt.UnixNano()) / 1e9)
+		if err := s.h(ctx, &Item{Kind: ItemBookmark, ResourceVersion: rv, Epoch: w.epoch, ReadAt: readAt}); err != nil {
+			return handlerError{err}
+		}
+		w.setRV(rv)
+	}
+	s.idle.Reset(w.o.IdleTimeout)
+	return nil
+}
+
+// errorFrameErr is the error an ERROR frame with object obj ends a watch
+// with: a Status error, or errStreamingUnsupported in a streaming list's
+// initial events for the errors of a server that cannot send them.
+func errorFrameErr(obj []byte, streamList bool) error {
+	var st metav1.Status
+	if err := json.Unmarshal(obj, &st); err != nil {
+		return fmt.Errorf("bad ERROR frame: %w", err)
+	}
+	if st.Message == "" {
+		// A Status without a message, or an object that is no Status,
+		// would make an empty error ("error": ""): say what came.
+		st.Message = fmt.Sprintf("ERROR watch frame without a message (code %d, reason %q): %.200s", st.Code, st.Reason, obj)
+	}
+	serr := &apierrors.StatusError{ErrStatus: st}
+	if streamList && (st.Code == http.StatusBadRequest || st.Code == http.StatusUnprocessableEntity ||
+		strings.Contains(st.Message, "RequestWatchProgress")) {
+		return fmt.Errorf("%w: %v", errStreamingUnsupported, serr)
+	}
+	return serr
 }
