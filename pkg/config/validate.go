@@ -399,7 +399,27 @@ func (v *validator) sources(srcs []Source) {
 	}
 }
 
+// source checks one source, whose key path is p, reporting its problems in
+// key order: what to watch, namespaces, selectors, event types, payload,
+// shaping paths, initial mode.
 func (v *validator) source(p string, s *Source) {
+	v.target(p, s)
+	if s.Resource != nil {
+		v.resource(p+".resource", s.Resource)
+	}
+	v.namespaces(p, s.Namespaces)
+	v.selectors(p, s)
+	v.eventTypes(p, s.EventTypes)
+	v.payload(p, s)
+	v.shaping(p, s)
+	if in := s.Initial; in != InitialSnapshot && in != InitialNone {
+		v.add(p+".initial", "%q is not a valid initial mode (must be snapshot or none)", in)
+	}
+}
+
+// target checks how source p names what it watches: either apiVersion+kind
+// or resource, exactly one of them, and the apiVersion and kind themselves.
+func (v *validator) target(p string, s *Source) {
 	byKind := s.APIVersion != "" || s.Kind != ""
 	switch {
 	case byKind && s.Resource != nil:
@@ -419,32 +439,38 @@ func (v *validator) source(p string, s *Source) {
 	if s.Kind != "" && !isKind(s.Kind) {
 		v.add(p+".kind", "%q is not a valid kind (must be CamelCase starting with an uppercase letter, e.g. \"Pod\")", s.Kind)
 	}
-	if r := s.Resource; r != nil {
-		rp := p + ".resource"
-		switch {
-		case r.Group == "core":
-			v.add(rp+".group", "the core API group is written as \"\" (or left out), not \"core\"")
-		case r.Group != "" && len(validation.IsDNS1123Subdomain(r.Group)) > 0:
-			v.add(rp+".group", "%q is not a valid API group (must be a DNS-1123 subdomain, or \"\" for the core group)", r.Group)
-		}
-		switch {
-		case r.Version == "":
-			v.add(rp+".version", "required")
-		case len(validation.IsDNS1035Label(r.Version)) > 0:
-			v.add(rp+".version", "%q is not a valid API version (must be a DNS-1035 label, e.g. \"v1\" or \"v1beta1\")", r.Version)
-		}
-		switch {
-		case r.Resource == "":
-			v.add(rp+".resource", "required")
-		case strings.Contains(r.Resource, "/"):
-			v.add(rp+".resource", "%q is a subresource, which cannot be watched", r.Resource)
-		case !isDNS1123Label(r.Resource):
-			v.add(rp+".resource", "%q is not a valid resource name (must be the lowercase plural, e.g. \"deployments\")", r.Resource)
-		}
-	}
+}
 
+// resource checks a source's resource block, whose key path is rp: its
+// group, version and resource name.
+func (v *validator) resource(rp string, r *Resource) {
+	switch {
+	case r.Group == "core":
+		v.add(rp+".group", "the core API group is written as \"\" (or left out), not \"core\"")
+	case r.Group != "" && len(validation.IsDNS1123Subdomain(r.Group)) > 0:
+		v.add(rp+".group", "%q is not a valid API group (must be a DNS-1123 subdomain, or \"\" for the core group)", r.Group)
+	}
+	switch {
+	case r.Version == "":
+		v.add(rp+".version", "required")
+	case len(validation.IsDNS1035Label(r.Version)) > 0:
+		v.add(rp+".version", "%q is not a valid API version (must be a DNS-1035 label, e.g. \"v1\" or \"v1beta1\")", r.Version)
+	}
+	switch {
+	case r.Resource == "":
+		v.add(rp+".resource", "required")
+	case strings.Contains(r.Resource, "/"):
+		v.add(rp+".resource", "%q is a subresource, which cannot be watched", r.Resource)
+	case !isDNS1123Label(r.Resource):
+		v.add(rp+".resource", "%q is not a valid resource name (must be the lowercase plural, e.g. \"deployments\")", r.Resource)
+	}
+}
+
+// namespaces checks the namespaces of source p: valid names, each listed
+// once (a duplicate names the index of the first).
+func (v *validator) namespaces(p string, nss []string) {
 	seen := map[string]int{}
-	for j, ns := range s.Namespaces {
+	for j, ns := range nss {
 		np := p + ".namespaces[" + strconv.Itoa(j) + "]"
 		if !isDNS1123Label(ns) {
 			v.add(np, "%q is not a valid namespace name (must be a DNS-1123 label)", ns)
@@ -456,7 +482,12 @@ func (v *validator) source(p string, s *Source) {
 		}
 		seen[ns] = j
 	}
+}
 
+// selectors checks the label and field selectors of source p with
+// apimachinery's parsers, so that a malformed selector is reported at start
+// rather than by every list and watch.
+func (v *validator) selectors(p string, s *Source) {
 	if s.LabelSelector != "" {
 		if _, err := labels.Parse(s.LabelSelector); err != nil {
 			v.add(p+".labelSelector", "%q is not a valid label selector: %v", s.LabelSelector, err)
@@ -468,29 +499,33 @@ func (v *validator) source(p string, s *Source) {
 			v.add(p+".fieldSelector", "%q is not a valid field selector: %s", s.FieldSelector, msg)
 		}
 	}
+}
 
-	seenTypes := map[EventType]int{}
-	for j, t := range s.EventTypes {
+// eventTypes checks the eventTypes filter of source p: known types, each
+// listed once (a duplicate names the index of the first).
+func (v *validator) eventTypes(p string, types []EventType) {
+	seen := map[EventType]int{}
+	for j, t := range types {
 		tp := p + ".eventTypes[" + strconv.Itoa(j) + "]"
 		if t != EventAdded && t != EventModified && t != EventDeleted {
 			v.add(tp, "%q is not a valid event type (must be added, modified or deleted)", t)
 			continue
 		}
-		if first, dup := seenTypes[t]; dup {
+		if first, dup := seen[t]; dup {
 			v.add(tp, "duplicate event type %q (first at %s.eventTypes[%d])", t, p, first)
 			continue
 		}
-		seenTypes[t] = j
+		seen[t] = j
 	}
+}
 
+// payload checks the payload mode of source p, and that a Secret source
+// publishes its data only when allowSecretData says so.
+func (v *validator) payload(p string, s *Source) {
 	if pl := s.Payload; pl != PayloadFull && pl != PayloadMetadata && pl != PayloadReference {
 		v.add(p+".payload", "%q is not a valid payload (must be full, metadata or reference)", pl)
 	} else if pl == PayloadFull && s.IsSecret() && !s.AllowSecretData {
 		v.add(p+".payload", "full publishes the Secret's data; use metadata or reference, or set %s.allowSecretData: true", p)
-	}
-	v.shaping(p, s)
-	if in := s.Initial; in != InitialSnapshot && in != InitialNone {
-		v.add(p+".initial", "%q is not a valid initial mode (must be snapshot or none)", in)
 	}
 }
 

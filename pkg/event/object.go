@@ -205,52 +205,39 @@ func (w *walker) object(i, depth int, n *node, level int) (int, error) {
 	if i >= len(data) {
 		return 0, errTruncated(data)
 	}
-	if data[i] == '}' {
-		if level == levelMeta {
-			w.o.metaEnd = i + 1
+	if data[i] != '}' {
+		var err error
+		if i, err = w.members(i, depth, n, level); err != nil {
+			return 0, err
 		}
-		return i + 1, nil
 	}
+	if level == levelMeta {
+		w.o.metaEnd = i + 1
+	}
+	return i + 1, nil
+}
+
+// members scans the members of a non-empty object for object (whose
+// arguments it takes), from the first key at data[i], and returns the
+// offset of the object's closing '}'. It runs for every member of every
+// object walked, so the value's dispatch and the separator stay written out
+// here: one more call per member shows in the benchmarks.
+func (w *walker) members(i, depth int, n *node, level int) (int, error) {
+	data := w.data
 	prevEnd := -1 // end of the previous member's value
 	open := noMember
 	for {
-		if data[i] != '"' {
-			return 0, errInvalid(data, i, "looking for beginning of object key string")
-		}
 		keyStart := i
-		kend, kflags, err := scanString(data, i)
-		if err != nil {
+		var key int
+		var c *node
+		var err error
+		if i, key, c, err = w.key(i, n, level); err != nil {
 			return 0, err
 		}
 		if open != noMember {
 			w.member(open).next = keyStart
 			open = noMember
 		}
-		k := data[i+1 : kend-1]
-		var kbuf [64]byte
-		if !stringIsPlain(k, kflags) {
-			k = appendUnquoted(kbuf[:0], k)
-		}
-		if i, err = skipColon(data, kend); err != nil {
-			return 0, err
-		}
-		key := keyOther
-		if level != levelNested {
-			key = matchKey(k, level == levelTop)
-			if key != keyOther {
-				if w.seen&(1<<key) != 0 {
-					switch key {
-					case keyMetadata:
-						return 0, errors.New("duplicate key metadata")
-					case keyManagedFields:
-						return 0, errors.New("duplicate key metadata.managedFields")
-					}
-					return 0, errors.New("duplicate key " + fieldNames[key])
-				}
-				w.seen |= 1 << key
-			}
-		}
-		c := n.child(k)
 		if c != nil && c.mask != 0 {
 			open = w.open(c, keyStart, prevEnd)
 		}
@@ -272,16 +259,16 @@ func (w *walker) object(i, depth int, n *node, level int) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		valEnd := i
 		if open != noMember {
-			w.member(open).val = valEnd
+			w.member(open).val = i
 		}
+		prevEnd = i
 		i = skipWS(data, i)
 		if i >= len(data) {
 			return 0, errTruncated(data)
 		}
 		if data[i] == '}' {
-			break
+			return i, nil
 		}
 		if data[i] != ',' {
 			return 0, errInvalid(data, i, "after object key:value pair")
@@ -290,12 +277,82 @@ func (w *walker) object(i, depth int, n *node, level int) (int, error) {
 		if i >= len(data) {
 			return 0, errTruncated(data)
 		}
-		prevEnd = valEnd
 	}
-	if level == levelMeta {
-		w.o.metaEnd = i + 1
+}
+
+// key scans the member key at data[i] and the colon after it, and returns
+// the offset of the member's value, the key's classification (keyOther
+// below metadata) and the child of n it names (nil if none). A second
+// metadata, metadata.managedFields or identifying field is an error.
+func (w *walker) key(i int, n *node, level int) (next, key int, c *node, err error) {
+	data := w.data
+	if data[i] != '"' {
+		return 0, 0, nil, errInvalid(data, i, "looking for beginning of object key string")
 	}
-	return i + 1, nil
+	kend, kflags, err := scanString(data, i)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	k := data[i+1 : kend-1]
+	var kbuf [64]byte
+	if !stringIsPlain(k, kflags) {
+		k = appendUnquoted(kbuf[:0], k)
+	}
+	// skipColon, written out for the common case: this saves a call per
+	// member; skipColon itself reports what is wrong.
+	next = skipWS(data, kend)
+	if next >= len(data) || data[next] != ':' {
+		_, err = skipColon(data, kend)
+		return 0, 0, nil, err
+	}
+	if next = skipWS(data, next+1); next >= len(data) {
+		return 0, 0, nil, errTruncated(data)
+	}
+	key = keyOther
+	if level != levelNested {
+		key = matchKey(k, level == levelTop)
+		if key != keyOther {
+			if w.seen&(1<<key) != 0 {
+				return 0, 0, nil, errDuplicateKey(key)
+			}
+			w.seen |= 1 << key
+		}
+	}
+	return next, key, n.child(k), nil
+}
+
+// errDuplicateKey reports a second member classified as key (one of the
+// identifying fields, keyMetadata or keyManagedFields).
+func errDuplicateKey(key int) error {
+	switch key {
+	case keyMetadata:
+		return errors.New("duplicate key metadata")
+	case keyManagedFields:
+		return errors.New("duplicate key metadata.managedFields")
+	}
+	return errors.New("duplicate key " + fieldNames[key])
+}
+
+// afterMember reads what follows a member's value, which ends at data[i]:
+// whitespace, then ',' and the next key, or the object's '}'. It returns the
+// offset of the next key, or that of the '}' and last == true. (members,
+// on the hot path, writes the same steps out.)
+func afterMember(data []byte, i int) (next int, last bool, err error) {
+	i = skipWS(data, i)
+	if i >= len(data) {
+		return 0, false, errTruncated(data)
+	}
+	if data[i] == '}' {
+		return i, true, nil
+	}
+	if data[i] != ',' {
+		return 0, false, errInvalid(data, i, "after object key:value pair")
+	}
+	i = skipWS(data, i+1)
+	if i >= len(data) {
+		return 0, false, errTruncated(data)
+	}
+	return i, false, nil
 }
 
 // array scans the array starting at data[i] == '[', whose elements are at
@@ -606,6 +663,9 @@ func ParseWatchEventShaped(frame []byte, s *Shaping) (typ string, obj Object, er
 	return typ, obj, nil
 }
 
+// scanWatchFrame scans a watch frame (see ParseWatchFrame) and returns its
+// type and the span of its object in frame; with parse, the object is also
+// parsed (with s) into obj, with offsets in frame.
 func scanWatchFrame(frame []byte, parse bool, s *Shaping) (typ string, objStart, objEnd int, obj Object, err error) {
 	i := skipWS(frame, 0)
 	if i >= len(frame) {
@@ -619,83 +679,98 @@ func scanWatchFrame(frame []byte, parse bool, s *Shaping) (typ string, objStart,
 	if i >= len(frame) {
 		return "", 0, 0, obj, errTruncated(frame)
 	}
-	if frame[i] != '}' {
-		for {
-			if frame[i] != '"' {
-				return "", 0, 0, obj, errInvalid(frame, i, "looking for beginning of object key string")
+	for last := frame[i] == '}'; !last; {
+		var key string
+		if i, key, err = frameMemberKey(frame, i); err != nil {
+			return "", 0, 0, obj, err
+		}
+		switch key {
+		case "type":
+			if haveType {
+				return "", 0, 0, obj, errors.New("watch frame has duplicate key type")
 			}
-			kend, kflags, err := scanString(frame, i)
+			haveType = true
+			if i, typ, err = frameType(frame, i); err != nil {
+				return "", 0, 0, obj, err
+			}
+		case "object":
+			if haveObject {
+				return "", 0, 0, obj, errors.New("watch frame has duplicate key object")
+			}
+			haveObject = true
+			if frame[i] != '{' {
+				return "", 0, 0, obj, errors.New("watch frame object is not a JSON object")
+			}
+			objStart = i
+			if parse {
+				obj, i, err = parseObject(frame, i, 2, s)
+			} else {
+				i, err = skipObject(frame, i, 2)
+			}
 			if err != nil {
 				return "", 0, 0, obj, err
 			}
-			key := frameKey(frame[i+1:kend-1], kflags)
-			if i, err = skipColon(frame, kend); err != nil {
+			objEnd = i
+		default:
+			if i, err = skipValue(frame, i, 1); err != nil {
 				return "", 0, 0, obj, err
 			}
-			switch key {
-			case "type":
-				if haveType {
-					return "", 0, 0, obj, errors.New("watch frame has duplicate key type")
-				}
-				haveType = true
-				if frame[i] != '"' {
-					return "", 0, 0, obj, errors.New("watch frame type is not a string")
-				}
-				end, flags, err := scanString(frame, i)
-				if err != nil {
-					return "", 0, 0, obj, err
-				}
-				typ = watchTypeString(frame[i+1:end-1], flags)
-				i = end
-			case "object":
-				if haveObject {
-					return "", 0, 0, obj, errors.New("watch frame has duplicate key object")
-				}
-				haveObject = true
-				if frame[i] != '{' {
-					return "", 0, 0, obj, errors.New("watch frame object is not a JSON object")
-				}
-				objStart = i
-				if parse {
-					obj, i, err = parseObject(frame, i, 2, s)
-				} else {
-					i, err = skipObject(frame, i, 2)
-				}
-				if err != nil {
-					return "", 0, 0, obj, err
-				}
-				objEnd = i
-			default:
-				if i, err = skipValue(frame, i, 1); err != nil {
-					return "", 0, 0, obj, err
-				}
-			}
-			i = skipWS(frame, i)
-			if i >= len(frame) {
-				return "", 0, 0, obj, errTruncated(frame)
-			}
-			if frame[i] == '}' {
-				break
-			}
-			if frame[i] != ',' {
-				return "", 0, 0, obj, errInvalid(frame, i, "after object key:value pair")
-			}
-			i = skipWS(frame, i+1)
-			if i >= len(frame) {
-				return "", 0, 0, obj, errTruncated(frame)
-			}
+		}
+		if i, last, err = afterMember(frame, i); err != nil {
+			return "", 0, 0, obj, err
 		}
 	}
-	if j := skipWS(frame, i+1); j < len(frame) {
-		return "", 0, 0, obj, errInvalid(frame, j, "after top-level value")
-	}
-	if !haveType {
-		return "", 0, 0, obj, errors.New("watch frame has no type")
-	}
-	if !haveObject {
-		return "", 0, 0, obj, errors.New("watch frame has no object")
+	if err = frameEnd(frame, i, haveType, haveObject); err != nil {
+		return "", 0, 0, obj, err
 	}
 	return typ, objStart, objEnd, obj, nil
+}
+
+// frameMemberKey scans the key of a watch frame member at frame[i] and the
+// colon after it, and returns the offset of the value and the key as
+// frameKey does.
+func frameMemberKey(frame []byte, i int) (next int, key string, err error) {
+	if frame[i] != '"' {
+		return 0, "", errInvalid(frame, i, "looking for beginning of object key string")
+	}
+	kend, kflags, err := scanString(frame, i)
+	if err != nil {
+		return 0, "", err
+	}
+	key = frameKey(frame[i+1:kend-1], kflags)
+	if next, err = skipColon(frame, kend); err != nil {
+		return 0, "", err
+	}
+	return next, key, nil
+}
+
+// frameType reads the value of a watch frame's type member at frame[i],
+// which must be a string, and returns the offset just past it and the
+// decoded type.
+func frameType(frame []byte, i int) (next int, typ string, err error) {
+	if frame[i] != '"' {
+		return 0, "", errors.New("watch frame type is not a string")
+	}
+	end, flags, err := scanString(frame, i)
+	if err != nil {
+		return 0, "", err
+	}
+	return end, watchTypeString(frame[i+1:end-1], flags), nil
+}
+
+// frameEnd checks a watch frame whose closing '}' is at frame[i]: only
+// whitespace may follow, and it must have had a type and an object.
+func frameEnd(frame []byte, i int, haveType, haveObject bool) error {
+	if j := skipWS(frame, i+1); j < len(frame) {
+		return errInvalid(frame, j, "after top-level value")
+	}
+	if !haveType {
+		return errors.New("watch frame has no type")
+	}
+	if !haveObject {
+		return errors.New("watch frame has no object")
+	}
+	return nil
 }
 
 // frameKey returns "type", "object" or "" for a watch frame key.

@@ -148,61 +148,23 @@ func parseQuotedName(s string, i int) (string, int, error) {
 		c := s[i]
 		switch {
 		case c == '"':
+			if i+1 >= len(s) || s[i+1] != ']' {
+				return "", 0, errAfterQuotedName(s, start, i+1)
+			}
 			name := s[lit:i]
 			if b != nil {
 				name = string(append(b, name...))
 			}
-			i++
-			if i >= len(s) {
-				return "", 0, pathErr(start, `unterminated "["`)
-			}
-			if s[i] != ']' {
-				return "", 0, pathErrHint(i, "unexpected "+quoteAt(s, i), `want "]" after the quoted member name`)
-			}
-			return name, i + 1, nil
+			return name, i + 2, nil
 		case c == '\\':
 			if b == nil {
 				b = make([]byte, 0, len(s)-start)
 			}
 			b = append(b, s[lit:i]...)
-			if i+1 >= len(s) {
-				return "", 0, pathErr(start, "unterminated quoted member name starting")
+			var err error
+			if b, i, err = appendPathEscape(b, s, start, i); err != nil {
+				return "", 0, err
 			}
-			n := 2
-			switch e := s[i+1]; e {
-			case '"', '\\', '/':
-				b = append(b, e)
-			case 'b':
-				b = append(b, '\b')
-			case 'f':
-				b = append(b, '\f')
-			case 'n':
-				b = append(b, '\n')
-			case 'r':
-				b = append(b, '\r')
-			case 't':
-				b = append(b, '\t')
-			case 'u':
-				r, ok := pathHex4(s, i+2)
-				if !ok {
-					return "", 0, pathErrHint(i, `invalid \u escape`, "want four hex digits")
-				}
-				n = 6
-				if utf16.IsSurrogate(r) {
-					if r2, ok := pathHex4(s, i+8); ok && s[i+6] == '\\' && s[i+7] == 'u' {
-						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-							r, n = d, 12
-						}
-					}
-					if n == 6 {
-						return "", 0, pathErrHint(i, `invalid \u escape`, "unpaired surrogate")
-					}
-				}
-				b = utf8.AppendRune(b, r)
-			default:
-				return "", 0, pathErr(i, "invalid escape "+strconv.Quote(s[i:i+2]))
-			}
-			i += n
 			lit = i
 		case c < 0x20 || c == 0x7f:
 			return "", 0, pathErrHint(i, "control character "+quoteAt(s, i)+" in quoted member name", `write it as a \u escape`)
@@ -216,6 +178,67 @@ func parseQuotedName(s string, i int) (string, int, error) {
 			i += size
 		}
 	}
+}
+
+// errAfterQuotedName reports what is wrong at s[i], just past the closing
+// quote of the quoted name whose '[' is at s[start], where a ']' must be.
+func errAfterQuotedName(s string, start, i int) error {
+	if i >= len(s) {
+		return pathErr(start, `unterminated "["`)
+	}
+	return pathErrHint(i, "unexpected "+quoteAt(s, i), `want "]" after the quoted member name`)
+}
+
+// appendPathEscape decodes the escape at s[i] == '\\' inside the quoted
+// name whose '[' is at s[start], appends it to b and returns b and the
+// offset just past the escape. The escapes are JSON's.
+func appendPathEscape(b []byte, s string, start, i int) ([]byte, int, error) {
+	if i+1 >= len(s) {
+		return nil, 0, pathErr(start, "unterminated quoted member name starting")
+	}
+	switch e := s[i+1]; e {
+	case '"', '\\', '/':
+		b = append(b, e)
+	case 'b':
+		b = append(b, '\b')
+	case 'f':
+		b = append(b, '\f')
+	case 'n':
+		b = append(b, '\n')
+	case 'r':
+		b = append(b, '\r')
+	case 't':
+		b = append(b, '\t')
+	case 'u':
+		r, n, err := pathUnicodeEscape(s, i)
+		if err != nil {
+			return nil, 0, err
+		}
+		return utf8.AppendRune(b, r), i + n, nil
+	default:
+		return nil, 0, pathErr(i, "invalid escape "+strconv.Quote(s[i:i+2]))
+	}
+	return b, i + 2, nil
+}
+
+// pathUnicodeEscape decodes the \uXXXX escape at s[i] == '\\' (s[i+1] ==
+// 'u'), joined with a second one that follows when the two are a UTF-16
+// surrogate pair, and returns the rune and the length of the escape (6, or
+// 12 for a pair). A surrogate that is not part of a pair is an error.
+func pathUnicodeEscape(s string, i int) (rune, int, error) {
+	r, ok := pathHex4(s, i+2)
+	if !ok {
+		return 0, 0, pathErrHint(i, `invalid \u escape`, "want four hex digits")
+	}
+	if !utf16.IsSurrogate(r) {
+		return r, 6, nil
+	}
+	if r2, ok := pathHex4(s, i+8); ok && s[i+6] == '\\' && s[i+7] == 'u' {
+		if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+			return d, 12, nil
+		}
+	}
+	return 0, 0, pathErrHint(i, `invalid \u escape`, "unpaired surrogate")
 }
 
 // pathHex4 decodes the four hex digits at s[i:i+4].

@@ -69,96 +69,16 @@ type Metrics struct {
 // New creates the metrics and registers them, with the Go and process
 // collectors and relayd_build_info, on reg.
 func New(reg prometheus.Registerer) (*Metrics, error) {
-	src := []string{"source"}
-	m := &Metrics{
-		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_events_total", Help: "Events published and acknowledged by JetStream, by source, type and origin.",
-		}, []string{"source", "type", "origin"}),
-		EventsFiltered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_events_filtered_total", Help: "Events read but not published because of the source's eventTypes filter.",
-		}, src),
-		EventsSuppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_events_suppressed_total", Help: "modified events not published because the object changed only in the source's ignoreChanges fields.",
-		}, src),
-		WatchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_watch_restarts_total", Help: "Watch requests that ended and were restarted, by reason.",
-		}, []string{"source", "reason"}),
-		Relists: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_relists_total", Help: "Full lists of a source (initial snapshot or recovery from 410 Expired), by reason.",
-		}, []string{"source", "reason"}),
-		ResyncMarkers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_resync_markers_total", Help: "sync.started / sync.completed control events published.",
-		}, []string{"source", "marker"}),
-		Bookmarks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_bookmarks_total", Help: "BOOKMARK frames received.",
-		}, src),
-		LastEvent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_last_event_timestamp_seconds", Help: "Unix time of the last object event read from the watch.",
-		}, src),
-		LastBookmark: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_last_bookmark_timestamp_seconds", Help: "Unix time of the last BOOKMARK read from the watch.",
-		}, src),
-		Lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "relayd_publish_lag_seconds",
-			Help:    "Time from reading an event off the watch to its JetStream PubAck.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, src),
-		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_publish_in_flight", Help: "Publishes sent and not yet acknowledged.",
-		}, src),
-		InFlightBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_publish_in_flight_bytes", Help: "Bytes of publishes sent and not yet acknowledged (bounded by nats.maxInFlightBytes and nats.maxInFlightBytesPerWatch).",
-		}, src),
-		PublishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_publish_errors_total", Help: "Failed publish attempts (each is retried; nothing is dropped), by reason.",
-		}, []string{"source", "reason"}),
-		Duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_publish_duplicates_total", Help: "Publishes JetStream reported as duplicates (dropped by Nats-Msg-Id dedup).",
-		}, src),
-		Oversize: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_events_oversize_total", Help: "Events sent as a reference because the object exceeded the NATS max payload.",
-		}, src),
-		CheckpointWrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relayd_checkpoint_writes_total", Help: "Successful checkpoint ConfigMap updates.",
-		}),
-		CheckpointErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relayd_checkpoint_errors_total", Help: "Failed checkpoint ConfigMap updates.",
-		}),
-		CheckpointAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_checkpoint_age_seconds", Help: "Seconds since the source's position was last persisted (0 until a first write).",
-		}, src),
-		StreamUsable: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relayd_stream_usable", Help: "1 when the last stream check found the stream usable (exists, captures relayd's subjects, has a leader); /readyz says why not.",
-		}),
-		NATSConnected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relayd_nats_connected", Help: "1 when the NATS connection is up.",
-		}),
-		SourceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_source_up", Help: "1 when every watch of the source is established.",
-		}, src),
-		SourceLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_source_leader", Help: "1 when this replica runs the source.",
-		}, src),
-		TrackedObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_tracked_objects", Help: "Objects in the source's object index (what relayd has published and not seen deleted).",
-		}, src),
-		Epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relayd_source_epoch", Help: "Relist generation of the source (relaydepoch of its events).",
-		}, src),
-		SourcePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relayd_source_panics_total", Help: "Panics recovered in a source goroutine (the source is restarted).",
-		}, src),
-	}
-	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "relayd_build_info", Help: "Build information; always 1. failpoints is \"true\" only in a build with the failpoints tag (fault injection), never in a shipped one.",
-	}, []string{"version", "revision", "goversion", "failpoints"})
-	buildInfo.WithLabelValues(version.Version, version.Commit, version.GoVersion(), strconv.FormatBool(version.Failpoints())).Set(1)
-
+	m := &Metrics{}
+	m.initWatch()
+	m.initPublish()
+	m.initCheckpoint()
+	m.initState()
 	cs := []prometheus.Collector{
 		m.Events, m.EventsFiltered, m.EventsSuppressed, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
 		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.InFlightBytes, m.PublishErrors, m.Duplicates, m.Oversize,
 		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.StreamUsable, m.SourceUp,
-		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, buildInfo,
+		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, newBuildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -168,6 +88,119 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// initWatch creates the metrics of what the watches read: frames and events
+// before publishing (filtered, suppressed, bookmarks, last timestamps) and
+// the watch's own lifecycle (restarts, relists, sync markers).
+func (m *Metrics) initWatch() {
+	src := []string{"source"}
+	m.EventsFiltered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_events_filtered_total", Help: "Events read but not published because of the source's eventTypes filter.",
+	}, src)
+	m.EventsSuppressed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_events_suppressed_total", Help: "modified events not published because the object changed only in the source's ignoreChanges fields.",
+	}, src)
+	m.WatchRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_watch_restarts_total", Help: "Watch requests that ended and were restarted, by reason.",
+	}, []string{"source", "reason"})
+	m.Relists = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_relists_total", Help: "Full lists of a source (initial snapshot or recovery from 410 Expired), by reason.",
+	}, []string{"source", "reason"})
+	m.ResyncMarkers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_resync_markers_total", Help: "sync.started / sync.completed control events published.",
+	}, []string{"source", "marker"})
+	m.Bookmarks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_bookmarks_total", Help: "BOOKMARK frames received.",
+	}, src)
+	m.LastEvent = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_last_event_timestamp_seconds", Help: "Unix time of the last object event read from the watch.",
+	}, src)
+	m.LastBookmark = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_last_bookmark_timestamp_seconds", Help: "Unix time of the last BOOKMARK read from the watch.",
+	}, src)
+}
+
+// initPublish creates the metrics of publishing to JetStream: events
+// acknowledged, the lag to the PubAck, the in-flight window, failures,
+// duplicates and oversize events.
+func (m *Metrics) initPublish() {
+	src := []string{"source"}
+	m.Events = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_events_total", Help: "Events published and acknowledged by JetStream, by source, type and origin.",
+	}, []string{"source", "type", "origin"})
+	m.Lag = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "relayd_publish_lag_seconds",
+		Help:    "Time from reading an event off the watch to its JetStream PubAck.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, src)
+	m.InFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_publish_in_flight", Help: "Publishes sent and not yet acknowledged.",
+	}, src)
+	m.InFlightBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_publish_in_flight_bytes", Help: "Bytes of publishes sent and not yet acknowledged (bounded by nats.maxInFlightBytes and nats.maxInFlightBytesPerWatch).",
+	}, src)
+	m.PublishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_publish_errors_total", Help: "Failed publish attempts (each is retried; nothing is dropped), by reason.",
+	}, []string{"source", "reason"})
+	m.Duplicates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_publish_duplicates_total", Help: "Publishes JetStream reported as duplicates (dropped by Nats-Msg-Id dedup).",
+	}, src)
+	m.Oversize = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_events_oversize_total", Help: "Events sent as a reference because the object exceeded the NATS max payload.",
+	}, src)
+}
+
+// initCheckpoint creates the metrics of the checkpoint ConfigMap: writes,
+// failed writes, and the age of each source's persisted position.
+func (m *Metrics) initCheckpoint() {
+	m.CheckpointWrites = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relayd_checkpoint_writes_total", Help: "Successful checkpoint ConfigMap updates.",
+	})
+	m.CheckpointErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "relayd_checkpoint_errors_total", Help: "Failed checkpoint ConfigMap updates.",
+	})
+	m.CheckpointAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_checkpoint_age_seconds", Help: "Seconds since the source's position was last persisted (0 until a first write).",
+	}, []string{"source"})
+}
+
+// initState creates the gauges and counters of the state of the process and
+// its sources: the NATS connection and stream, whether each source runs
+// here and is up, its object index size and epoch, and recovered panics.
+func (m *Metrics) initState() {
+	src := []string{"source"}
+	m.StreamUsable = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "relayd_stream_usable", Help: "1 when the last stream check found the stream usable (exists, captures relayd's subjects, has a leader); /readyz says why not.",
+	})
+	m.NATSConnected = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "relayd_nats_connected", Help: "1 when the NATS connection is up.",
+	})
+	m.SourceUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_source_up", Help: "1 when every watch of the source is established.",
+	}, src)
+	m.SourceLeader = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_source_leader", Help: "1 when this replica runs the source.",
+	}, src)
+	m.TrackedObjects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_tracked_objects", Help: "Objects in the source's object index (what relayd has published and not seen deleted).",
+	}, src)
+	m.Epoch = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_source_epoch", Help: "Relist generation of the source (relaydepoch of its events).",
+	}, src)
+	m.SourcePanics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_source_panics_total", Help: "Panics recovered in a source goroutine (the source is restarted).",
+	}, src)
+}
+
+// newBuildInfo creates relayd_build_info, set to 1 with the labels of this
+// build.
+func newBuildInfo() *prometheus.GaugeVec {
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relayd_build_info", Help: "Build information; always 1. failpoints is \"true\" only in a build with the failpoints tag (fault injection), never in a shipped one.",
+	}, []string{"version", "revision", "goversion", "failpoints"})
+	buildInfo.WithLabelValues(version.Version, version.Commit, version.GoVersion(), strconv.FormatBool(version.Failpoints())).Set(1)
+	return buildInfo
 }
 
 // InitSource pre-initialises a source's label values, so that alerts and
