@@ -1,5 +1,6 @@
-// Package retry holds what relayd's retry loops share: a wait that ends with
-// the context, and Failures, which logs a failure that repeats once when it
+// Package retry holds what relayd's retry loops share: Until, the loop of
+// an operation retried with backoff until it succeeds; a wait that ends with
+// the context; and Failures, which logs a failure that repeats once when it
 // starts, as a summary at most once a minute while it lasts, and once when
 // it ends, so that a loop retrying every second does not flood the log (an
 // apiserver restart used to give one identical error per checkpoint tick).
@@ -12,7 +13,31 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
+
+// Until calls attempt until it returns nil, waiting b.Step() after each
+// failure, or until ctx ends; it reports whether attempt succeeded. Each
+// failure is reported to f with fields and the wait ("in"), and the success
+// that ends a run of failures as f's recovery (f.OK with fields). A failure
+// once ctx has ended is the stop, not a fault: it is not reported.
+func Until(ctx context.Context, b wait.Backoff, f *Failures, attempt func(context.Context) error, fields ...zap.Field) bool {
+	for {
+		err := attempt(ctx)
+		if err == nil {
+			f.OK(fields...)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		d := b.Step()
+		f.Fail(err, append(fields[:len(fields):len(fields)], zap.Duration("in", d))...)
+		if !Sleep(ctx, d) {
+			return false
+		}
+	}
+}
 
 // Sleep waits for d, or until ctx ends; it reports whether it waited the
 // whole d (false: ctx ended).

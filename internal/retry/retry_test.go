@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -106,5 +107,60 @@ func TestLogChanges(t *testing.T) {
 	want := []string{"source stopped; restarting: not found", "source stopped; restarting: apiVersion not served"}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("logged %q, want %q", got, want)
+	}
+}
+
+// Until retries with the backoff's waits until the attempt succeeds,
+// reports the failures and the recovery through Failures, and stops with
+// its context without reporting the failure the stop caused.
+func TestUntilRetriesUntilSuccessOrStop(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	f := NewFailures(zap.New(core), "cannot open it")
+	b := wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 4 * time.Millisecond}
+	calls := 0
+	ok := Until(t.Context(), b, f, func(context.Context) error {
+		if calls++; calls < 4 {
+			return errors.New("refused")
+		}
+		return nil
+	}, zap.String("bucket", "b"))
+	if !ok || calls != 4 {
+		t.Fatalf("Until = %v after %d calls, want true after 4", ok, calls)
+	}
+	var got []string
+	for _, e := range logs.All() {
+		got = append(got, e.Message)
+	}
+	if len(got) != 2 || got[0] != "cannot open it" || got[1] != "cannot open it: recovered" {
+		t.Fatalf("logged %q, want the first failure and the recovery", got)
+	}
+	first := logs.All()[0].ContextMap()
+	if first["bucket"] != "b" || first["in"] != time.Millisecond || first["error"] != "refused" {
+		t.Errorf("first failure's fields %v", first)
+	}
+	if end := logs.All()[1].ContextMap(); end["failures"] != int64(3) || end["bucket"] != "b" {
+		t.Errorf("recovery's fields %v", end)
+	}
+
+	// Stopped: the attempt that fails because ctx ended is not reported.
+	ctx, cancel := context.WithCancel(t.Context())
+	before := logs.Len()
+	calls = 0
+	ok = Until(ctx, b, f, func(ctx context.Context) error {
+		calls++
+		cancel()
+		return ctx.Err()
+	})
+	if ok || calls != 1 || logs.Len() != before {
+		t.Errorf("Until after stop = %v, %d calls, %d new lines; want false, 1, 0", ok, calls, logs.Len()-before)
+	}
+	// Stopped while waiting: false, the failure was reported.
+	ctx, cancel = context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	ok = Until(ctx, wait.Backoff{Duration: time.Hour, Steps: 1}, NewFailures(zap.New(core), "never"), func(context.Context) error {
+		return errors.New("down")
+	})
+	if ok || logs.FilterMessage("never").Len() != 1 {
+		t.Errorf("Until stopped while waiting = %v, %d failure lines; want false, 1", ok, logs.FilterMessage("never").Len())
 	}
 }

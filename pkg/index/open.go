@@ -19,21 +19,21 @@ import (
 func OpenRetrying(ctx context.Context, js jetstream.JetStream, o BucketOptions, log *zap.Logger, onErr func(error)) *Bucket {
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 30 * time.Second}
 	failures := retry.NewFailures(log, "cannot open the index bucket; sources wait")
-	for {
+	var b *Bucket
+	opened := retry.Until(ctx, backoff, failures, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		b, err := Open(cctx, js, o)
-		cancel()
-		if err == nil {
-			failures.OK(zap.String("bucket", b.Name()))
-			b.logWarnings(log)
-			return b
+		defer cancel()
+		var err error
+		if b, err = Open(cctx, js, o); err != nil {
+			onErr(err)
 		}
-		onErr(err)
-		failures.Fail(err, zap.String("bucket", o.Name))
-		if !retry.Sleep(ctx, backoff.Step()) {
-			return nil
-		}
+		return err
+	}, zap.String("bucket", o.Name))
+	if !opened {
+		return nil
 	}
+	b.logWarnings(log)
+	return b
 }
 
 // logWarnings logs how b differs from a bucket relayd creates.

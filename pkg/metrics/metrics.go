@@ -56,7 +56,7 @@ type Metrics struct {
 	Oversize         *prometheus.CounterVec   // source
 	CheckpointWrites prometheus.Counter
 	CheckpointErrors prometheus.Counter
-	CheckpointAge    *prometheus.GaugeVec // source
+	CheckpointAge    *Ages // source
 	NATSConnected    prometheus.Gauge
 	StreamUsable     prometheus.Gauge
 	SourceUp         *prometheus.GaugeVec // source
@@ -160,9 +160,7 @@ func (m *Metrics) initCheckpoint() {
 	m.CheckpointErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "relayd_checkpoint_errors_total", Help: "Failed checkpoint ConfigMap updates.",
 	})
-	m.CheckpointAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "relayd_checkpoint_age_seconds", Help: "Seconds since the source's position was last persisted (0 until a first write).",
-	}, []string{"source"})
+	m.CheckpointAge = NewAges(nil)
 }
 
 // initState creates the gauges and counters of the state of the process and
@@ -230,7 +228,7 @@ func (m *Metrics) InitSource(source string) {
 	m.PublishErrors.WithLabelValues(source, "error")
 	m.Duplicates.WithLabelValues(source)
 	m.Oversize.WithLabelValues(source)
-	m.CheckpointAge.WithLabelValues(source)
+	m.CheckpointAge.Init(source)
 	m.SourceUp.WithLabelValues(source)
 	m.SourceLeader.WithLabelValues(source)
 	m.TrackedObjects.WithLabelValues(source)

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,9 @@ type Options struct {
 	// OnConnected, if set, is called with true on every (re)connection and
 	// false on every disconnection (relayd_nats_connected).
 	OnConnected func(bool)
+	// OnReason, if set, is called with Reason whenever it may have changed
+	// (readiness), one call at a time.
+	OnReason func(reason string)
 	// Extra options are applied after the config's (buffer sizes, timeouts).
 	Extra []nats.Option
 }
@@ -57,6 +61,9 @@ type Conn struct {
 
 	nc     atomic.Pointer[nats.Conn]
 	reason atomic.Value // string: why not connected; "" once connected
+	// notifying orders the OnReason calls: each passes Reason as it is
+	// when the call is made, so the last call has the current one.
+	notifying sync.Mutex
 
 	// dialFailures (Dial's attempts) and reconnectFailures (nats.go's, once
 	// connected) log a failure that repeats at every attempt when it
@@ -89,19 +96,20 @@ func New(o Options) (*Conn, error) {
 // files at every reconnect.
 func (c *Conn) Dial(ctx context.Context) (*nats.Conn, error) {
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
-	for {
-		nc, err := c.dialOnce()
-		if err == nil {
-			c.nc.Store(nc)
-			c.setReason("")
-			c.succeeded(c.dialFailures, "connected to NATS", nc)
-			return nc, nil
+	var nc *nats.Conn
+	if !retry.Until(ctx, backoff, c.dialFailures, func(context.Context) error {
+		var err error
+		if nc, err = c.dialOnce(); err != nil {
+			return c.explain(err)
 		}
-		c.fail(c.dialFailures, err)
-		if !retry.Sleep(ctx, backoff.Step()) {
-			return nil, ctx.Err()
-		}
+		c.nc.Store(nc)
+		c.setReason("")
+		c.succeeded(c.dialFailures, "connected to NATS", nc)
+		return nil
+	}) {
+		return nil, ctx.Err()
 	}
+	return nc, nil
 }
 
 // Reason is "" while connected, else why not: the last connection error,
@@ -117,15 +125,34 @@ func (c *Conn) Reason() string {
 	return s
 }
 
-func (c *Conn) setReason(s string) { c.reason.Store(s) }
+func (c *Conn) setReason(s string) {
+	c.reason.Store(s)
+	c.notify()
+}
+
+// notify passes the current Reason to OnReason.
+func (c *Conn) notify() {
+	if c.o.OnReason == nil {
+		return
+	}
+	c.notifying.Lock()
+	defer c.notifying.Unlock()
+	c.o.OnReason(c.Reason())
+}
 
 // fail records err, explained (see Explain), as the reason not connected,
 // and reports it to f, which logs it if it starts a run of failures or a
 // summary is due.
 func (c *Conn) fail(f *retry.Failures, err error) {
+	f.Fail(c.explain(err))
+}
+
+// explain records err, explained (see Explain), as the reason not
+// connected, and returns it so.
+func (c *Conn) explain(err error) error {
 	s := Explain(c.o.Config, err)
 	c.setReason(s)
-	f.Fail(errors.New(s))
+	return errors.New(s)
 }
 
 // succeeded logs a connection made by nc: as the end of f's run of
@@ -144,6 +171,7 @@ func (c *Conn) connected(v bool) {
 	if c.o.OnConnected != nil {
 		c.o.OnConnected(v)
 	}
+	c.notify()
 }
 
 // dialOnce makes one connection attempt over every server of the list.

@@ -3,6 +3,8 @@ package natsconn
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +22,8 @@ import (
 // A NATS server that is down for a few seconds, before the first
 // connection and again once connected, is logged once when the failures
 // start and once when they end, not at every attempt; Reason says why
-// meanwhile, and "" once connected.
+// meanwhile, and "" once connected, and OnReason was last called with what
+// Reason says (readiness is fed by it).
 func TestOutageIsLoggedOnce(t *testing.T) {
 	srv, err := testenv.StartNATS(testenv.NATSOptions{})
 	if err != nil {
@@ -28,7 +31,22 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 	}
 	t.Cleanup(srv.Shutdown)
 	core, logs := observer.New(zapcore.InfoLevel)
+	var mu sync.Mutex
+	reported := "never called"
+	reportedIs := func(want string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if reported != want {
+			return fmt.Errorf("OnReason last called with %q, want %q (Reason)", reported, want)
+		}
+		return nil
+	}
 	c, err := New(Options{
+		OnReason: func(r string) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported = r
+		},
 		Config: &config.NATS{URL: srv.URL()},
 		Name:   "outage-test",
 		Logger: zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core())),
@@ -53,6 +71,7 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 	if c.Reason() == "" || c.Reason() == "connecting" {
 		t.Errorf("Reason while the server is down: %q, want the connection error", c.Reason())
 	}
+	testutil.Eventually(t, 5*time.Second, "OnReason told of the failure", func() error { return reportedIs(c.Reason()) })
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +88,9 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 	if r := c.Reason(); r != "" {
 		t.Errorf("Reason once connected: %q", r)
 	}
+	if err := reportedIs(""); err != nil {
+		t.Error(err)
+	}
 	checkOneRun(t, logs.TakeAll(), "cannot connect to NATS", 3)
 
 	// Down once connected: nats.go reconnects every 100ms.
@@ -77,7 +99,7 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 		if c.Reason() == "" {
 			return errNotYet
 		}
-		return nil
+		return reportedIs(c.Reason())
 	})
 	time.Sleep(2 * time.Second)
 	if err := srv.Start(); err != nil {
@@ -92,6 +114,7 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 	if r := c.Reason(); r != "" {
 		t.Errorf("Reason once reconnected: %q", r)
 	}
+	testutil.Eventually(t, 10*time.Second, "OnReason told of the reconnection", func() error { return reportedIs("") })
 	all := logs.TakeAll()
 	if n := countMessage(all, "disconnected from NATS; publishes are held back until it returns"); n != 1 {
 		t.Errorf("%d disconnection lines, want 1", n)

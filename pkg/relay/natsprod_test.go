@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/index"
 )
 
 // The tests of this file run relayd against nats-servers configured like
@@ -243,7 +244,29 @@ func TestTokenRotation(t *testing.T) {
 	}), nats.IgnoreAuthErrorAbort())
 	f.setNATS("  tokenFile: " + tok)
 	r := f.start(nil, true)
-	f.relays("before")
+	before := f.createCM("before", nil, nil)
+	f.waitStored(30*time.Second, isEvent("added", before.Name, before.ResourceVersion))
+	// relayd's last publish before the rotation is the object index write
+	// that follows the event's ack: wait for it, so that no client of the
+	// old token is publishing when the server drops them. The embedded
+	// nats-server (v2.15.2) is not race-free under a reload: it reads a
+	// dropped client's message counters without the atomics its read loop
+	// writes them with, and a Direct Get reads the options that the reload
+	// replaces without their lock; -race reports either. Hence a plain
+	// STREAM.MSG.GET request here, not the KV API's Direct Get.
+	bucket := "relayd-index-" + f.cluster
+	key := index.Key(index.Prefix("cms", f.ns), string(before.UID))
+	f.eventually(30*time.Second, "before's object index entry", func() error {
+		resp, err := f.nc.RequestWithContext(t.Context(), "$JS.API.STREAM.MSG.GET.KV_"+bucket,
+			fmt.Appendf(nil, `{"last_by_subj":"$KV.%s.%s"}`, bucket, key))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(resp.Data), `"message"`) {
+			return fmt.Errorf("%s", resp.Data)
+		}
+		return nil
+	})
 	writeFile(t, tok, "new-token\n")
 	reconnects := f.nc.Stats().Reconnects
 	if err := n.Reload(func(o *server.Options) { o.Authorization = "new-token" }); err != nil {

@@ -102,15 +102,36 @@ type relay struct {
 
 	mu     sync.Mutex
 	active map[string][]running // the watches of the sources this replica runs
+	keys   map[string]string    // their checkpoint keys → source
 	events *index.StreamReader  // the event stream, for the index catch-up
 
-	stopping      atomic.Bool // set first on shutdown: unready from then on
-	checkpointsOK atomic.Bool
-	bucket        atomic.Pointer[index.Bucket] // set once the index bucket is open
-	indexErr      atomic.Value                 // string: why it is not (yet)
-	failed        chan error                   // a fatal error (IndexCheck); Run stops
-	shardErr      atomic.Value                 // string: why sharding has not started ("" once it has)
-	streamErr     atomic.Value                 // string: why the stream is not usable ("" when it is)
+	// ready is readiness, fed by the components (see newConditions); the
+	// watches wait on it for what they need.
+	ready  *health.Conditions
+	bucket atomic.Pointer[index.Bucket] // set once the index bucket is open
+	failed chan error                   // a fatal error (IndexCheck); Run stops
+}
+
+// The conditions of readiness, in the order /readyz reports them; each is
+// set by the component named.
+const (
+	condStopping    = "stopping"    // shutdown
+	condNATS        = "nats"        // natsconn (OnReason)
+	condCheckpoints = "checkpoints" // readCheckpoints
+	condStream      = "stream"      // stream.Keep
+	condSharding    = "sharding"    // runSharded (with sharding on)
+	condIndex       = "index"       // openIndex
+)
+
+func newConditions() *health.Conditions {
+	return health.NewConditions(
+		health.Condition{Name: condStopping},
+		health.Condition{Name: condNATS, Reason: "NATS not connected: connecting"},
+		health.Condition{Name: condCheckpoints, Reason: "checkpoints not loaded"},
+		health.Condition{Name: condStream, Reason: "stream not usable: checking"},
+		health.Condition{Name: condSharding},
+		health.Condition{Name: condIndex, Reason: "index bucket not open: opening"},
+	)
 }
 
 // Run runs relayd until ctx is cancelled, then shuts down gracefully. It
@@ -156,14 +177,14 @@ func newRelay(o Options) (*relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: register metrics: %w", err)
 	}
-	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]running{}}
-	r.streamErr.Store("checking")
+	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]running{}, keys: map[string]string{}, ready: newConditions()}
 	for i := range r.cfg.Sources {
 		r.m.InitSource(r.cfg.Sources[i].Name)
 	}
 	r.natsc, err = natsconn.New(natsconn.Options{
 		Config: &r.cfg.NATS, Logger: r.log,
 		OnConnected: func(up bool) { r.m.NATSConnected.Set(b2f(up)) },
+		OnReason:    func(why string) { r.ready.Set(condNATS, prefixed("NATS not connected: ", why)) },
 		// Publishes made while disconnected wait here for the reconnect:
 		// at most the in-flight byte bound, plus requests (stream checks,
 		// reads) made meanwhile. A publish that does not fit fails and is
@@ -178,14 +199,14 @@ func newRelay(o Options) (*relay, error) {
 
 // run starts relayd's components as one run group, in this order: the
 // stream check, the index bucket, the checkpoints (load, then periodic
-// writes), the checkpoint-age gauge, and the sources. Watches wait for the
-// first three (see watchesMayRun). It runs until ctx ends or a fatal error,
-// then shuts down: sources first, the rest after them.
+// writes), and the sources. Watches wait for the checkpoints, NATS and the
+// index bucket (see watchesMayRun). It runs until ctx ends or a fatal
+// error, then shuts down: sources first, the rest after them.
 func (r *relay) run(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	var g errgroup.Group
-	for _, run := range []func(context.Context){r.keepStream, r.openIndex, r.runCheckpoints, r.checkpointLoop} {
+	for _, run := range []func(context.Context){r.keepStream, r.openIndex, r.runCheckpoints} {
 		g.Go(func() error { run(runCtx); return nil })
 	}
 	srcCtx, stopSources := context.WithCancel(runCtx)
@@ -210,7 +231,7 @@ func (r *relay) startSources(ctx context.Context, sources *sync.WaitGroup) {
 		for i := range r.cfg.Sources {
 			r.m.SourceLeader.WithLabelValues(r.cfg.Sources[i].Name).Set(0)
 		}
-		r.shardErr.Store("starting")
+		r.ready.Set(condSharding, "sharding not started: starting")
 		sources.Go(func() { r.runSharded(ctx) })
 		return
 	}
@@ -241,11 +262,11 @@ func (r *relay) fail(err error) {
 // it stops; the HTTP servers stop last, in Run's deferred call).
 func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup) {
 	t0 := time.Now()
-	r.stopping.Store(true)
+	r.ready.Set(condStopping, "shutting down")
 	r.log.Info("shutting down: readiness off, stopping watches")
 	stopSources()
 	sources.Wait()
-	if r.checkpointsOK.Load() {
+	if r.ready.Met(condCheckpoints) {
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Shutdown.DrainTimeout.Duration())
 		defer cancel()
 		if err := r.store.Flush(ctx); err != nil {
@@ -260,15 +281,38 @@ func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup
 	r.log.Info("shutdown complete", zap.Duration("took", time.Since(t0)))
 }
 
-// setActive records the watches of a source this replica runs (nil: none).
+// setActive records the watches of a source this replica runs (nil: none)
+// and their checkpoint keys, whose writes relayd_checkpoint_age_seconds
+// follows from then on (from the last write of this process, if any); a
+// source that stops running here loses its age series.
 func (r *relay) setActive(source string, ws []running) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for _, w := range r.active[source] {
+		delete(r.keys, w.Key())
+	}
 	if ws == nil {
 		delete(r.active, source)
+		r.m.CheckpointAge.Delete(source)
 		return
 	}
 	r.active[source] = ws
+	for _, w := range ws {
+		r.keys[w.Key()] = source
+		if at := r.store.LastPersisted(w.Key()); !at.IsZero() {
+			r.m.CheckpointAge.Persisted(source, w.Key(), at)
+		}
+	}
+}
+
+// persisted records a checkpoint write of key for the age of its source, if
+// the source runs here.
+func (r *relay) persisted(key string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if source, ok := r.keys[key]; ok {
+		r.m.CheckpointAge.Persisted(source, key, at)
+	}
 }
 
 // activeWatches lists the watches of every source this replica runs.
@@ -321,7 +365,7 @@ func (r *relay) connectKube() error {
 		Name:          r.cfg.Checkpoint.Name,
 		FlushInterval: r.cfg.Checkpoint.FlushInterval.Duration(),
 		Logger:        r.log.Named("checkpoint"),
-		Metrics:       checkpointMetrics{r.m},
+		Metrics:       checkpointMetrics{r},
 	})
 	if err != nil {
 		return err
@@ -370,7 +414,7 @@ func (r *relay) keepStream(ctx context.Context) {
 		MaxAge: s.MaxAge.Duration(), MaxBytes: s.MaxBytes,
 	}
 	stream.Keep(ctx, r.js, want, r.log, func(reason string) {
-		r.streamErr.Store(reason)
+		r.ready.Set(condStream, prefixed("stream not usable: ", reason))
 		r.m.StreamUsable.Set(b2f(reason == ""))
 	})
 }
@@ -383,8 +427,9 @@ func (r *relay) openIndex(ctx context.Context) {
 	if ix.Storage == config.StorageMemory {
 		o.Storage = jetstream.MemoryStorage
 	}
-	if b := index.OpenRetrying(ctx, r.js, o, r.log, func(err error) { r.indexErr.Store(err.Error()) }); b != nil {
+	if b := index.OpenRetrying(ctx, r.js, o, r.log, func(err error) { r.ready.Set(condIndex, "index bucket not open: "+err.Error()) }); b != nil {
 		r.bucket.Store(b)
+		r.ready.Set(condIndex, "")
 	}
 }
 
@@ -403,76 +448,25 @@ func (r *relay) runCheckpoints(ctx context.Context) {
 // start, summarised while they last, and when they end (retry.Failures).
 func (r *relay) readCheckpoints(ctx context.Context, msg string, fields ...zap.Field) bool {
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
-	failures := retry.NewFailures(r.log, msg)
-	for {
+	loaded := retry.Until(ctx, backoff, retry.NewFailures(r.log, msg), func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := r.store.Load(cctx)
-		cancel()
-		if err == nil {
-			failures.OK(fields...)
-			r.checkpointsOK.Store(true)
-			return true
-		}
-		failures.Fail(err, fields...)
-		if !retry.Sleep(ctx, backoff.Step()) {
-			return false
-		}
+		defer cancel()
+		return r.store.Load(cctx)
+	}, fields...)
+	if loaded {
+		r.ready.Set(condCheckpoints, "")
 	}
-}
-
-// checkpointLoop keeps relayd_checkpoint_age_seconds current.
-func (r *relay) checkpointLoop(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		oldest := map[string]time.Time{}
-		for _, w := range r.activeWatches() {
-			at := r.store.LastPersisted(w.Key())
-			if at.IsZero() {
-				continue
-			}
-			if o, ok := oldest[w.Source().Name]; !ok || at.Before(o) {
-				oldest[w.Source().Name] = at
-			}
-		}
-		for name, at := range oldest {
-			r.m.CheckpointAge.WithLabelValues(name).Set(time.Since(at).Seconds())
-		}
-	}
+	return loaded
 }
 
 // notReadyReason says why relayd is not ready ("" when it is): ready when
 // it is not stopping, NATS is connected, the checkpoints are loaded, the
-// stream is usable, sharding has started, the index bucket is open and
-// every watch was established at least once. Each component records its
-// own state as it changes; /readyz reads them when asked.
+// stream is usable, sharding has started, the index bucket is open (each
+// component sets its condition as its state changes) and every watch was
+// established at least once. /readyz asks it on every request.
 func (r *relay) notReadyReason() string {
-	if r.stopping.Load() {
-		return "shutting down"
-	}
-	if why := r.natsc.Reason(); why != "" {
-		return "NATS not connected: " + why
-	}
-	if !r.checkpointsOK.Load() {
-		return "checkpoints not loaded"
-	}
-	if why, _ := r.streamErr.Load().(string); why != "" {
-		return "stream not usable: " + why
-	}
-	if msg, _ := r.shardErr.Load().(string); msg != "" {
-		return "sharding not started: " + msg
-	}
-	if r.bucket.Load() == nil {
-		msg, _ := r.indexErr.Load().(string)
-		if msg == "" {
-			msg = "opening"
-		}
-		return "index bucket not open: " + msg
+	if why := r.ready.Reason(); why != "" {
+		return why
 	}
 	var waiting []string
 	for _, w := range r.activeWatches() {
@@ -491,15 +485,23 @@ func (r *relay) notReadyReason() string {
 	return ""
 }
 
-// checkpointMetrics adapts Metrics to checkpoint.Metrics.
-type checkpointMetrics struct{ m *metrics.Metrics }
+// prefixed is prefix+reason, or "" for no reason (the condition is met).
+func prefixed(prefix, reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return prefix + reason
+}
+
+// checkpointMetrics adapts relayd's metrics to checkpoint.Metrics.
+type checkpointMetrics struct{ r *relay }
 
 func (c checkpointMetrics) CheckpointWrite(err error) {
 	if err != nil {
-		c.m.CheckpointErrors.Inc()
+		c.r.m.CheckpointErrors.Inc()
 		return
 	}
-	c.m.CheckpointWrites.Inc()
+	c.r.m.CheckpointWrites.Inc()
 }
 
-func (c checkpointMetrics) CheckpointPersisted(string, time.Time) {}
+func (c checkpointMetrics) CheckpointPersisted(key string, at time.Time) { c.r.persisted(key, at) }

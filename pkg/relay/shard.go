@@ -29,7 +29,9 @@ func (r *relay) runSharded(ctx context.Context) {
 	}
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
 	failures := retry.NewFailures(r.log, "sharding cannot start; no source runs on this replica; retrying")
-	for {
+	// The sharder runs until ctx ends: every return before that is a
+	// failure, retried.
+	retry.Until(ctx, backoff, failures, func(ctx context.Context) error {
 		s, err := shard.New(shard.Options{
 			Client: r.leases, Namespace: r.cfg.Checkpoint.Namespace, Identity: id, Sources: names,
 			LeasePrefix:   sh.LeasePrefix,
@@ -37,24 +39,20 @@ func (r *relay) runSharded(ctx context.Context) {
 			Logger:    r.log.Named("shard"),
 			Run:       r.runShard,
 			OnLeading: func(source string, leading bool) { r.m.SourceLeader.WithLabelValues(source).Set(b2f(leading)) },
-			OnStarted: func() { r.shardErr.Store(""); failures.OK(zap.String("identity", id)) },
+			OnStarted: func() { r.ready.Set(condSharding, ""); failures.OK(zap.String("identity", id)) },
 		})
 		if err == nil {
 			err = s.Run(ctx)
 		}
 		if ctx.Err() != nil {
-			return
+			return ctx.Err()
 		}
 		if err == nil {
 			err = errors.New("sharder stopped")
 		}
-		r.shardErr.Store(err.Error())
-		d := backoff.Step()
-		failures.Fail(err, zap.String("identity", id), zap.Duration("in", d))
-		if !retry.Sleep(ctx, d) {
-			return
-		}
-	}
+		r.ready.Set(condSharding, "sharding not started: "+err.Error())
+		return err
+	}, zap.String("identity", id))
 }
 
 // runShard runs one source whose Lease this replica acquired, until the

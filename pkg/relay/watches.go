@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
-	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/shard"
@@ -73,12 +71,7 @@ func (r *relay) newWatches(src *config.Source) []running {
 // watchesMayRun waits until the checkpoints are loaded, NATS is connected
 // and the index bucket is open.
 func (r *relay) watchesMayRun(ctx context.Context) error {
-	for !r.checkpointsOK.Load() || !r.nc.IsConnected() || r.bucket.Load() == nil {
-		if !retry.Sleep(ctx, 100*time.Millisecond) {
-			return ctx.Err()
-		}
-	}
-	return nil
+	return r.ready.Wait(ctx, condCheckpoints, condNATS, condIndex)
 }
 
 // newWatcher builds a source.Watcher with a REST client for o.Resource.
@@ -136,13 +129,12 @@ func (r *relay) runSource(ctx context.Context, ws []running) {
 		r.store.Discard(keys...)
 		r.log.Warn("lost the Lease of the source: stopped without writing its checkpoint; the replica taking it over resumes from the last one written (replays are dropped by JetStream as duplicates)",
 			zap.String("source", name))
-	} else if r.checkpointsOK.Load() {
+	} else if r.ready.Met(condCheckpoints) {
 		if err := r.store.Flush(drainCtx); err != nil {
 			r.log.Error("checkpoint write after stopping the source failed; it resumes from the previous checkpoint", zap.String("source", name), zap.Error(err))
 		}
 	}
 	r.m.SourceUp.WithLabelValues(name).Set(0)
-	r.m.CheckpointAge.DeleteLabelValues(name)
 }
 
 // relistBackoff is watch.relistBackoff from the config, fresh (unstepped).

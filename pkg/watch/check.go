@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -33,29 +34,25 @@ import (
 // logged as not made.
 func (w *Watch) checkIndex(ctx context.Context, rv string) error {
 	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 5 * time.Second}
-	for attempt := 1; ; attempt++ {
+	failures := retry.NewFailures(w.log, "index consistency check could not read the list or the bucket; retrying", retry.AtLevel(zapcore.WarnLevel))
+	var found error // a difference: the check's result
+	checked := retry.Until(ctx, backoff, failures, func(ctx context.Context) error {
 		err := w.checkIndexOnce(ctx, rv)
 		var bad *indexMismatchError
 		switch {
-		case err == nil:
-			return nil
 		case errors.As(err, &bad):
-			return err
-		case ctx.Err() != nil:
-			w.log.Warn("index consistency check not made: the watch is stopping", zap.String("resourceVersion", rv), zap.Error(err))
+			found = err
 			return nil
-		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		case err != nil && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)):
 			w.log.Warn("index consistency check not made: the list's resourceVersion was compacted", zap.String("resourceVersion", rv), zap.Error(err))
 			return nil
 		}
-		d := backoff.Step()
-		w.log.Warn("index consistency check could not read the list or the bucket; retrying", zap.String("resourceVersion", rv),
-			zap.Int("attempt", attempt), zap.Duration("in", d), zap.Error(err))
-		if !retry.Sleep(ctx, d) {
-			w.log.Warn("index consistency check not made: the watch is stopping", zap.String("resourceVersion", rv))
-			return nil
-		}
+		return err
+	}, zap.String("resourceVersion", rv))
+	if !checked {
+		w.log.Warn("index consistency check not made: the watch is stopping", zap.String("resourceVersion", rv))
 	}
+	return found
 }
 
 // indexMismatchError is a difference found by checkIndex (or a list it
