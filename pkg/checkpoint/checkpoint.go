@@ -594,8 +594,9 @@ func (s *Store) writeOnce(ctx context.Context, todo []pending, prev map[string]s
 	}
 	data, overwritten := merge(cm.Data, todo, prev)
 	for _, o := range overwritten {
-		s.log.Warn("checkpoint key was changed by another writer since this replica read it; overwriting it (only one replica should own a source)",
-			zap.String("key", o.key), zap.String("found", o.found), zap.String("writing", o.writing))
+		s.log.Warn("checkpoint key changed by another writer; overwriting it",
+			zap.String("key", o.key), zap.String("found", o.found), zap.String("writing", o.writing),
+			zap.String("remedy", "only one replica should own a source"))
 	}
 	cm.Data = data
 	return todo, s.update(ctx, cm)

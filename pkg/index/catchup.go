@@ -81,8 +81,9 @@ func (s *StreamReader) CatchUp(ctx context.Context, log *zap.Logger, x *Index, c
 		return res, nil
 	}
 	if c.From < st.FirstSeq {
-		log.Warn("stream messages were removed (stream limits) before the index caught up with them; if the index lacked any of their changes, it still does",
-			zap.Uint64("fromStreamSeq", c.From), zap.Uint64("streamFirstSeq", st.FirstSeq))
+		log.Warn("stream messages removed by its limits before the index caught up",
+			zap.Uint64("fromStreamSeq", c.From), zap.Uint64("streamFirstSeq", st.FirstSeq),
+			zap.String("effect", "if the index lacked any of their changes, it still does"))
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: c.From,
@@ -204,8 +205,9 @@ func gone(ctx context.Context, log *zap.Logger, stream jetstream.Stream, next, l
 		return fmt.Errorf("could not read the stream from sequence %d to %d (%d messages there): %w",
 			next, last, held, cmp.Or(berr, nats.ErrTimeout))
 	}
-	log.Warn("stream messages were removed (stream limits) before the index caught up with them; their changes are missing from the index",
-		zap.Uint64("fromStreamSeq", next), zap.Uint64("toStreamSeq", last), zap.Uint64("streamFirstSeq", info.State.FirstSeq))
+	log.Warn("stream messages removed by its limits before the index caught up",
+		zap.Uint64("fromStreamSeq", next), zap.Uint64("toStreamSeq", last), zap.Uint64("streamFirstSeq", info.State.FirstSeq),
+		zap.String("effect", "their changes are missing from the index"))
 	return nil
 }
 

@@ -39,8 +39,9 @@ func OpenRetrying(ctx context.Context, js jetstream.JetStream, o BucketOptions, 
 // logWarnings logs how b differs from a bucket relayd creates.
 func (b *Bucket) logWarnings(log *zap.Logger) {
 	if !b.ExpiringMarkers() {
-		log.Warn("the index bucket does not allow per-message TTLs: every deleted object leaves a small delete marker in it for good (create the bucket with a limit marker TTL, or let relayd create it)",
-			zap.String("bucket", b.Name()))
+		log.Warn("index bucket has no per-message TTLs", zap.String("bucket", b.Name()),
+			zap.String("effect", "every deleted object leaves a small delete marker in it for good"),
+			zap.String("remedy", "create the bucket with a limit marker TTL, or let relayd create it"))
 	}
 	for _, msg := range b.Warnings() {
 		log.Warn("index bucket setting differs from the config", zap.String("bucket", b.Name()), zap.String("finding", msg))

@@ -270,7 +270,7 @@ func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Shutdown.DrainTimeout.Duration())
 		defer cancel()
 		if err := r.store.Flush(ctx); err != nil {
-			r.log.Error("final checkpoint write failed; the next start replays from the previous checkpoint", zap.Error(err))
+			r.log.Error("final checkpoint write failed", zap.Error(err), zap.String("effect", "the next start replays from the previous checkpoint"))
 		} else {
 			r.log.Info("final checkpoint written")
 		}

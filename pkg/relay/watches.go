@@ -113,8 +113,8 @@ func (r *relay) runSource(ctx context.Context, ws []running) {
 		}
 		wg.Go(func() {
 			if err := w.pipe.Drain(drainCtx); err != nil {
-				r.log.Warn("drain incomplete; these events were not checkpointed and will be replayed by whoever runs the source next",
-					zap.String("source", name), zap.String("namespace", w.Namespace()), zap.Error(err))
+				r.log.Warn("drain incomplete", zap.String("source", name), zap.String("namespace", w.Namespace()), zap.Error(err),
+					zap.String("effect", "events not acknowledged were not checkpointed: whoever runs the source next replays them"))
 			}
 		})
 	}
@@ -127,11 +127,12 @@ func (r *relay) runSource(ctx context.Context, ws []running) {
 	}
 	if lost {
 		r.store.Discard(keys...)
-		r.log.Warn("lost the Lease of the source: stopped without writing its checkpoint; the replica taking it over resumes from the last one written (replays are dropped by JetStream as duplicates)",
-			zap.String("source", name))
+		r.log.Warn("lost the source's Lease; stopped without writing its checkpoint", zap.String("source", name),
+			zap.String("effect", "the replica taking it over resumes from the last checkpoint written; JetStream drops the replays as duplicates"))
 	} else if r.ready.Met(condCheckpoints) {
 		if err := r.store.Flush(drainCtx); err != nil {
-			r.log.Error("checkpoint write after stopping the source failed; it resumes from the previous checkpoint", zap.String("source", name), zap.Error(err))
+			r.log.Error("checkpoint write after stopping the source failed", zap.String("source", name), zap.Error(err),
+				zap.String("effect", "the source resumes from the previous checkpoint"))
 		}
 	}
 	r.m.SourceUp.WithLabelValues(name).Set(0)

@@ -649,8 +649,8 @@ func (s *Sharder) expire(sl *slot, r *runState) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if sl.run == r {
-			s.log.Error("source still running LeaseDuration after its last renewal: another replica may already run it",
-				zap.String("source", sl.source), zap.String("lease", s.ref(sl.name)))
+			s.log.Error("source still running LeaseDuration after its last renewal",
+				zap.String("source", sl.source), zap.String("lease", s.ref(sl.name)), zap.String("effect", "another replica may already run it"))
 		}
 	})
 }

@@ -447,7 +447,8 @@ func (w *Watcher) refusedMetadata(err error) bool {
 // PartialObjectMetadata (err); only their metadata is published: the
 // source keeps working, at the cost the option would have saved.
 func (w *Watcher) useWholeObjects(err error) {
-	w.log.Warn("the apiserver cannot serve this resource as PartialObjectMetadata; fetching whole objects from now on (still publishing only their metadata)", zap.Error(err))
+	w.log.Warn("PartialObjectMetadata not served; fetching whole objects from now on", zap.Error(err),
+		zap.String("effect", "still publishing only their metadata"))
 	w.wholeObjects = true
 }
 

@@ -130,8 +130,8 @@ func (w *Watch) catchUp(ctx context.Context, from uint64) error {
 	w.setTracked(w.ix.idx.Len())
 	fields := []zap.Field{zap.Uint64("fromStreamSeq", from), zap.Uint64("toStreamSeq", res.To), zap.Int("messagesRead", res.Read)}
 	if len(res.Fixes) > 0 {
-		w.log.Warn("the object index was behind the stream (relayd stopped between a PubAck and its index write); caught up from the stream",
-			append(fields, zap.Int("entriesFixed", len(res.Fixes)))...)
+		w.log.Warn("object index was behind the stream; caught up",
+			append(fields, zap.Int("entriesFixed", len(res.Fixes)), zap.String("cause", "relayd stopped between a PubAck and its index write"))...)
 	} else {
 		w.log.Debug("object index matches the stream", fields...)
 	}
