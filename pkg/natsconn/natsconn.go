@@ -44,11 +44,9 @@ type Options struct {
 	Name string
 	// Logger receives connection state changes; default: none.
 	Logger *zap.Logger
-	// OnConnected, if set, is called with true on every (re)connection and
-	// false on every disconnection (relayd_nats_connected).
-	OnConnected func(bool)
 	// OnReason, if set, is called with Reason whenever it may have changed
-	// (readiness), one call at a time.
+	// (every connection, disconnection and failed attempt), one call at a
+	// time: "" means connected (readiness, relayd_nats_connected).
 	OnReason func(reason string)
 	// Extra options are applied after the config's (buffer sizes, timeouts).
 	Extra []nats.Option
@@ -167,13 +165,6 @@ func (c *Conn) succeeded(f *retry.Failures, msg string, nc *nats.Conn) {
 	c.log.Info(msg, url)
 }
 
-func (c *Conn) connected(v bool) {
-	if c.o.OnConnected != nil {
-		c.o.OnConnected(v)
-	}
-	c.notify()
-}
-
 // dialOnce makes one connection attempt over every server of the list.
 func (c *Conn) dialOnce() (*nats.Conn, error) {
 	opts, err := ClientOptions(c.o.Config)
@@ -187,9 +178,10 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 		// A refused credential is retried like any other failure: the Secret
 		// may be fixed meanwhile (nats.go gives up after two by default).
 		nats.IgnoreAuthErrorAbort(),
-		nats.ConnectHandler(func(*nats.Conn) { c.connected(true) }),
+		// Every handler tells OnReason (notify, or setReason) that Reason
+		// may have changed.
+		nats.ConnectHandler(func(*nats.Conn) { c.notify() }),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			c.connected(true)
 			c.setReason("")
 			c.succeeded(c.reconnectFailures, "reconnected to NATS", nc)
 		}),
@@ -197,8 +189,8 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 			c.fail(c.reconnectFailures, err)
 		}),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			c.connected(false)
 			if nc.IsClosed() {
+				c.notify()
 				return // our own Close at shutdown, not an outage
 			}
 			if err == nil {
@@ -207,7 +199,7 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 			c.setReason(Explain(c.o.Config, err))
 			c.log.Warn("disconnected from NATS; publishes are held back until it returns", zap.Error(err))
 		}),
-		nats.ClosedHandler(func(*nats.Conn) { c.connected(false) }),
+		nats.ClosedHandler(func(*nats.Conn) { c.notify() }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			c.log.Warn("NATS async error", zap.Error(err))
 		}),
@@ -217,7 +209,6 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.connected(true)
 	return nc, nil
 }
 

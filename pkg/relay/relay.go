@@ -91,7 +91,7 @@ type relay struct {
 	cfg    *config.Config
 	log    *zap.Logger
 	m      *metrics.Metrics
-	natsc  *natsconn.Conn // set before HTTP serves: /readyz asks it why NATS is not connected
+	natsc  *natsconn.Conn // dials NATS; reports its state to r.ready and the metric (OnReason)
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	store  *checkpoint.Store
@@ -102,7 +102,6 @@ type relay struct {
 
 	mu     sync.Mutex
 	active map[string][]running // the watches of the sources this replica runs
-	keys   map[string]string    // their checkpoint keys → source
 	events *index.StreamReader  // the event stream, for the index catch-up
 
 	// ready is readiness, fed by the components (see newConditions); the
@@ -177,14 +176,16 @@ func newRelay(o Options) (*relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: register metrics: %w", err)
 	}
-	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]running{}, keys: map[string]string{}, ready: newConditions()}
+	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]running{}, ready: newConditions()}
 	for i := range r.cfg.Sources {
 		r.m.InitSource(r.cfg.Sources[i].Name)
 	}
 	r.natsc, err = natsconn.New(natsconn.Options{
 		Config: &r.cfg.NATS, Logger: r.log,
-		OnConnected: func(up bool) { r.m.NATSConnected.Set(b2f(up)) },
-		OnReason:    func(why string) { r.ready.Set(condNATS, prefixed("NATS not connected: ", why)) },
+		OnReason: func(why string) {
+			r.m.NATSConnected.Set(b2f(why == ""))
+			r.ready.Set(condNATS, prefixed("NATS not connected: ", why))
+		},
 		// Publishes made while disconnected wait here for the reconnect:
 		// at most the in-flight byte bound, plus requests (stream checks,
 		// reads) made meanwhile. A publish that does not fit fails and is
@@ -281,16 +282,13 @@ func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup
 	r.log.Info("shutdown complete", zap.Duration("took", time.Since(t0)))
 }
 
-// setActive records the watches of a source this replica runs (nil: none)
-// and their checkpoint keys, whose writes relayd_checkpoint_age_seconds
-// follows from then on (from the last write of this process, if any); a
-// source that stops running here loses its age series.
+// setActive records the watches of a source this replica runs (nil: none).
+// relayd_checkpoint_age_seconds follows the writes of their checkpoint keys
+// from then on (from the last write of this process, if any); a source that
+// stops running here loses its age series.
 func (r *relay) setActive(source string, ws []running) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, w := range r.active[source] {
-		delete(r.keys, w.Key())
-	}
 	if ws == nil {
 		delete(r.active, source)
 		r.m.CheckpointAge.Delete(source)
@@ -298,7 +296,6 @@ func (r *relay) setActive(source string, ws []running) {
 	}
 	r.active[source] = ws
 	for _, w := range ws {
-		r.keys[w.Key()] = source
 		if at := r.store.LastPersisted(w.Key()); !at.IsZero() {
 			r.m.CheckpointAge.Persisted(source, w.Key(), at)
 		}
@@ -310,8 +307,13 @@ func (r *relay) setActive(source string, ws []running) {
 func (r *relay) persisted(key string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if source, ok := r.keys[key]; ok {
-		r.m.CheckpointAge.Persisted(source, key, at)
+	for source, ws := range r.active {
+		for _, w := range ws {
+			if w.Key() == key {
+				r.m.CheckpointAge.Persisted(source, key, at)
+				return
+			}
+		}
 	}
 }
 
