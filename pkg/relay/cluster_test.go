@@ -394,6 +394,11 @@ func TestJetStreamClusterLeaderStoppedUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Stop(lead)
+	// Another server must have taken over before the old leader returns:
+	// restarted at once, it can win the election again.
+	if _, err := c.WaitStreamLeader(f.stream, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Start(lead); err != nil {
 		t.Fatal(err)
 	}
