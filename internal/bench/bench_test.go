@@ -131,7 +131,10 @@ func TestReportGoals(t *testing.T) {
 			{Stream: "pods", Consumer: ModeDynamic, PerCPUSecond: 2000},
 			{Stream: "pods", Consumer: ModeTyped, PerCPUSecond: 1000},
 		}},
-		Latency: &LatencyResult{ReadToAck: Percentiles{P50: 0.0005, P99: 0.010}, CheckpointPS: 0.2, IdleSeconds: 60},
+		Latency: &LatencyResult{ReadToAck: Percentiles{P50: 0.0005, P99: 0.010}, CheckpointPS: 0.2, IdleSeconds: 60,
+			// Six flushes in a window just under 30 s: one per 5 s, the
+			// window began just before one and ended just after another.
+			CheckpointWrites: 6, Duration: 29.998},
 	}
 	byWhat := map[string]Goal{}
 	for _, g := range r.Goals() {
@@ -154,6 +157,10 @@ func TestReportGoals(t *testing.T) {
 	check("latency: watch read → PubAck p50", true, "")
 	check("latency: watch read → PubAck p99", false, "2.00× the goal")
 	check("checkpoint writes under load", true, "")
+	r.Latency.CheckpointWrites = 7
+	if g := checkpointsUnderLoad(r.Latency); g.Met || !strings.Contains(g.Miss, "over") {
+		t.Errorf("7 checkpoint writes in 29.998s: met %v, miss %q; want missed", g.Met, g.Miss)
+	}
 	check("checkpoint writes when idle", true, "")
 	var md bytes.Buffer
 	r.Markdown(&md)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 )
 
@@ -58,6 +59,9 @@ type LatencyResult struct {
 	// its API response (a negative WriteToRecv).
 	RecvFirst    int
 	CheckpointPS float64 // checkpoint writes per second under load
+	// CheckpointWrites counts them; a window of Duration seconds holds at
+	// most floor(Duration/flush interval)+1 flushes.
+	CheckpointWrites float64
 	// RunQueueWait is how long relayd's threads waited for a CPU in the
 	// kernel's run queue while the load ran, per event; RunPerEvent the CPU
 	// they ran. A wait of the order of the latency tail says the tail is the
@@ -67,6 +71,10 @@ type LatencyResult struct {
 	IdleSeconds               float64
 	FlushInterval             string
 }
+
+// flushInterval is the checkpoint flush interval the bench runs relayd
+// with: the default.
+const flushInterval = config.DefaultFlushInterval
 
 type received struct {
 	seq          uint64
@@ -230,7 +238,7 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	res := &LatencyResult{Objects: objects, Writes: len(written), Duration: elapsed.Seconds(),
-		Rate: float64(len(written)) / elapsed.Seconds(), FlushInterval: "5s (default)"}
+		Rate: float64(len(written)) / elapsed.Seconds(), FlushInterval: flushInterval.String() + " (default)"}
 	var readToAck, writeToRecv []float64
 	mu.Lock()
 	for k, wt := range written {
@@ -254,7 +262,8 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 	lagMatch := map[string]string{"source": "pods"}
 	res.ReadToAck.HistP50 = HistogramQuantile(.5, "relayd_publish_lag_seconds", lagMatch, m0, m1)
 	res.ReadToAck.HistP99 = HistogramQuantile(.99, "relayd_publish_lag_seconds", lagMatch, m0, m1)
-	res.CheckpointPS = (m1.Sum("relayd_checkpoint_writes_total", nil) - m0.Sum("relayd_checkpoint_writes_total", nil)) / elapsed.Seconds()
+	res.CheckpointWrites = m1.Sum("relayd_checkpoint_writes_total", nil) - m0.Sum("relayd_checkpoint_writes_total", nil)
+	res.CheckpointPS = res.CheckpointWrites / elapsed.Seconds()
 	h.logf("bench: latency: %d writes at %.0f/s: read→PubAck p50 %s p99 %s p99.9 %s; write→received p50 %s p99 %s; checkpoint writes %.3f/s; per event relayd ran %v and waited %v for a CPU",
 		res.Writes, res.Rate, ms(res.ReadToAck.P50), ms(res.ReadToAck.P99), ms(res.ReadToAck.P999),
 		ms(res.WriteToRecv.P50), ms(res.WriteToRecv.P99), res.CheckpointPS, res.RunPerEvent, res.RunQueueWait)
