@@ -34,9 +34,11 @@ import (
 )
 
 // relayConfig is the config of the relayd under test; one source watching
-// ConfigMaps in the test namespace.
+// ConfigMaps in the test namespace. The cluster is named after the
+// namespace: its stream's subjects must not overlap a stream of an earlier
+// run on the same NATS server (go test -count).
 const relayConfig = `
-cluster: obs
+cluster: {{.NS}}
 nats:
   url: {{.URL}}
   publishTimeout: 2s
