@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -211,6 +212,12 @@ func Key(source, namespace string) string {
 		return source
 	}
 	return source + "." + namespace
+}
+
+// SourceOf is the source of a key built by Key.
+func SourceOf(key string) string {
+	source, _, _ := strings.Cut(key, ".")
+	return source
 }
 
 func (s *Store) object() string { return s.namespace + "/" + s.name }

@@ -10,9 +10,11 @@ import (
 // Ages is relayd_checkpoint_age_seconds: per source, the seconds since the
 // least recently persisted position of its watches was written, computed
 // when scraped, so that it grows between writes with no loop refreshing it
-// (0 for a source without a write yet). The checkpoint store reports each
-// write (Persisted); a source that stops running here is removed (Delete).
-// Safe for concurrent use.
+// (0 for a source without a write yet). A source has a series from Init
+// until Delete (it stops running here); the checkpoint store reports each
+// write (Persisted), and a write reported for a source without a series (a
+// flush that ended after the source stopped) is ignored. Safe for
+// concurrent use.
 type Ages struct {
 	desc *prometheus.Desc
 	now  func() time.Time
@@ -34,7 +36,8 @@ func NewAges(now func() time.Time) *Ages {
 	}
 }
 
-// Init makes the source's series exist (0 until a first write).
+// Init makes the source's series exist (0 until a first write); a source
+// that has one keeps it.
 func (a *Ages) Init(source string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -44,14 +47,13 @@ func (a *Ages) Init(source string) {
 }
 
 // Persisted records that the position of key (a watch of source) was
-// written at at.
+// written at at, if the source has a series.
 func (a *Ages) Persisted(source, key string, at time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.at[source] == nil {
-		a.at[source] = map[string]time.Time{}
+	if keys := a.at[source]; keys != nil {
+		keys[key] = at
 	}
-	a.at[source][key] = at
 }
 
 // Delete removes the source's series.

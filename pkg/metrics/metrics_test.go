@@ -72,4 +72,10 @@ func TestCheckpointAgeGrowsBetweenWritesWithoutUpdates(t *testing.T) {
 	want("after writes", head+"relayd_checkpoint_age_seconds{source=\"cms\"} 1\nrelayd_checkpoint_age_seconds{source=\"pods\"} 8\n")
 	a.Delete("pods")
 	want("pods deleted", head+"relayd_checkpoint_age_seconds{source=\"cms\"} 1\n")
+	// A flush that ends after the source stopped here does not bring its
+	// series back; taking the source over again does, at 0.
+	a.Persisted("pods", "pods/a", now)
+	want("a late write of pods", head+"relayd_checkpoint_age_seconds{source=\"cms\"} 1\n")
+	a.Init("pods")
+	want("pods again", head+"relayd_checkpoint_age_seconds{source=\"cms\"} 1\nrelayd_checkpoint_age_seconds{source=\"pods\"} 0\n")
 }

@@ -284,8 +284,9 @@ func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup
 
 // setActive records the watches of a source this replica runs (nil: none).
 // relayd_checkpoint_age_seconds follows the writes of their checkpoint keys
-// from then on (from the last write of this process, if any); a source that
-// stops running here loses its age series.
+// from then on (from the last write of this process, if any; the store
+// reports the next ones); a source that stops running here loses its age
+// series.
 func (r *relay) setActive(source string, ws []running) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -295,24 +296,10 @@ func (r *relay) setActive(source string, ws []running) {
 		return
 	}
 	r.active[source] = ws
+	r.m.CheckpointAge.Init(source)
 	for _, w := range ws {
 		if at := r.store.LastPersisted(w.Key()); !at.IsZero() {
 			r.m.CheckpointAge.Persisted(source, w.Key(), at)
-		}
-	}
-}
-
-// persisted records a checkpoint write of key for the age of its source, if
-// the source runs here.
-func (r *relay) persisted(key string, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for source, ws := range r.active {
-		for _, w := range ws {
-			if w.Key() == key {
-				r.m.CheckpointAge.Persisted(source, key, at)
-				return
-			}
 		}
 	}
 }
@@ -367,7 +354,7 @@ func (r *relay) connectKube() error {
 		Name:          r.cfg.Checkpoint.Name,
 		FlushInterval: r.cfg.Checkpoint.FlushInterval.Duration(),
 		Logger:        r.log.Named("checkpoint"),
-		Metrics:       checkpointMetrics{r},
+		Metrics:       checkpointMetrics{r.m},
 	})
 	if err != nil {
 		return err
@@ -496,14 +483,18 @@ func prefixed(prefix, reason string) string {
 }
 
 // checkpointMetrics adapts relayd's metrics to checkpoint.Metrics.
-type checkpointMetrics struct{ r *relay }
+type checkpointMetrics struct{ m *metrics.Metrics }
 
 func (c checkpointMetrics) CheckpointWrite(err error) {
 	if err != nil {
-		c.r.m.CheckpointErrors.Inc()
+		c.m.CheckpointErrors.Inc()
 		return
 	}
-	c.r.m.CheckpointWrites.Inc()
+	c.m.CheckpointWrites.Inc()
 }
 
-func (c checkpointMetrics) CheckpointPersisted(key string, at time.Time) { c.r.persisted(key, at) }
+// CheckpointPersisted feeds relayd_checkpoint_age_seconds of the key's
+// source (ignored if the source no longer runs here).
+func (c checkpointMetrics) CheckpointPersisted(key string, at time.Time) {
+	c.m.CheckpointAge.Persisted(checkpoint.SourceOf(key), key, at)
+}
