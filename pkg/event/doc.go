@@ -127,7 +127,8 @@
 // [Encoder.Encode] builds the NATS message for one [Change] in structured
 // (application/cloudevents+json) or binary (ce-* headers) content mode, with a
 // deterministic id (<uid>/<resourceVersion>, plus /deleted for deletes) and
-// Nats-Msg-Id (<source>/<id>) so that JetStream drops replays. An event that
+// Nats-Msg-Id (<prefix>.<cluster>/<source>/<id>) so that JetStream drops
+// replays, and never another cluster's relayd's messages. An event that
 // would exceed the NATS server's max payload is re-encoded with the reference
 // payload and relaydoversize=true instead of being dropped. When a Shaping's
 // Drop paths removed something from the data, [Change.Dropped] lists them

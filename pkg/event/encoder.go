@@ -60,6 +60,7 @@ type Encoder struct {
 	ctlSubjects  [2]string
 	ctlTypes     [2]string
 	ctlSubject   string // "/relayd/<source>"
+	msgIDPrefix  string // "<prefix>.<cluster>/<source>/"
 	jsonSrcType  string // `,"source":"…","type":"<prefix>.object.`
 	jsonCluster  string // `,"datacontenttype":"application/json","k8scluster":"…"`
 	jsonRelaydSr string // `,"relaydsource":"…"`
@@ -107,6 +108,7 @@ func NewEncoder(o EncoderOptions) (*Encoder, error) {
 	}
 	e.ctlTypes = [2]string{o.Prefix + ".source.sync.started", o.Prefix + ".source.sync.completed"}
 	e.ctlSubject = "/relayd/" + o.Source
+	e.msgIDPrefix = o.Prefix + "." + o.Cluster + "/" + o.Source + "/"
 	// The option values are plain ASCII tokens: no JSON escaping needed.
 	e.jsonSrcType = `,"source":"` + e.ceSource + `","type":"` + e.objType
 	e.jsonCluster = `,"datacontenttype":"` + ContentTypeJSON + `","k8scluster":"` + o.Cluster + `"`
@@ -182,8 +184,11 @@ type Change struct {
 // Message is one NATS message. Header has the type of nats.Header.
 type Message struct {
 	Subject string
-	// MsgID is "<source>/<id>", also in Header["Nats-Msg-Id"], so that
-	// JetStream drops a replay inside its duplicate window.
+	// MsgID is "<prefix>.<cluster>/<source>/<id>", also in
+	// Header["Nats-Msg-Id"], so that JetStream drops a replay inside its
+	// duplicate window, and only a replay: the subject namespace relayd
+	// owns (<prefix>.<cluster>) is part of it, so relayds of other clusters
+	// sharing the stream never deduplicate each other's messages.
 	MsgID  string
 	Header map[string][]string
 	// Data is the body. In binary mode it aliases Change.Data.
@@ -212,7 +217,7 @@ func (m *Message) Size() int {
 // Encode builds the NATS message for c.
 //
 // The CloudEvents id is <uid>/<resourceVersion> (plus "/deleted" for
-// deletes) and MsgID is <source>/<id>. In structured mode the body is one
+// deletes) and MsgID is <prefix>.<cluster>/<source>/<id>. In structured mode the body is one
 // JSON document with the attributes, the extensions and "data" (c.Data
 // embedded as is, last); in binary mode every attribute and extension is a
 // "ce-<name>" header, percent-encoded like the CloudEvents HTTP binding
@@ -244,7 +249,7 @@ func (e *Encoder) Encode(c *Change) (Message, error) {
 	}
 	ev := objectEvent{c: c, m: m, ts: ts}
 	ev.subject, ev.msgID = e.subjectAndMsgID(c, &m)
-	ev.id = ev.msgID[len(e.opts.Source)+1:]
+	ev.id = ev.msgID[len(e.msgIDPrefix):]
 
 	msg := e.build(&ev, data, mode, false)
 	if limit := e.opts.MaxPayload; limit > 0 {
@@ -282,12 +287,11 @@ func (e *Encoder) build(ev *objectEvent, data []byte, mode PayloadMode, oversize
 func (e *Encoder) subjectAndMsgID(c *Change, m *Meta) (subject, msgID string) {
 	var buf [640]byte // fits every subject up to MaxSubjectLen without escaping to the heap
 	subj := appendObjectSubject(buf[:0], e.subjPrefix, c.Resource, m.Namespace, m.Name, c.Type)
-	n := len(subj) + len(e.opts.Source) + 1 + len(m.UID) + 1 + len(m.ResourceVersion) + len("/deleted")
+	n := len(subj) + len(e.msgIDPrefix) + len(m.UID) + 1 + len(m.ResourceVersion) + len("/deleted")
 	var b strings.Builder
 	b.Grow(n)
 	b.Write(subj)
-	b.WriteString(e.opts.Source)
-	b.WriteByte('/')
+	b.WriteString(e.msgIDPrefix)
 	b.WriteString(m.UID)
 	b.WriteByte('/')
 	b.WriteString(m.ResourceVersion)
@@ -578,7 +582,8 @@ type SyncEvent struct {
 // Control builds the sync.started / sync.completed control event: subject
 // <prefix>.<cluster>._relayd.<source>.sync.started|completed, type
 // <prefix>.source.sync.started|completed, id
-// sync/<namespace|_>/<epoch>/started|completed, CloudEvents subject
+// sync/<namespace|_>/<epoch>/started|completed (Nats-Msg-Id
+// <prefix>.<cluster>/<source>/<id>, as for objects), CloudEvents subject
 // /relayd/<source>, extensions relaydsource, relaydepoch, k8scluster and
 // k8snamespace (omitted when empty), and data
 // {"namespace","epoch","reason","fromResourceVersion","toResourceVersion"}
@@ -594,7 +599,7 @@ func (e *Encoder) Control(s SyncEvent) Message {
 		ns = EmptyToken
 	}
 	id := "sync/" + ns + "/" + strconv.FormatUint(s.Epoch, 10) + "/" + phase
-	msgID := e.opts.Source + "/" + id
+	msgID := e.msgIDPrefix + id
 	ts := s.Time
 	if ts.IsZero() {
 		ts = time.Now()
@@ -662,4 +667,33 @@ func (e *Encoder) Control(s SyncEvent) Message {
 		Header:  map[string][]string{HeaderContentType: vals[0:1:1], HeaderMsgID: vals[1:2:2]},
 		Data:    b,
 	}
+}
+
+// ID returns the CloudEvents id of a message this Encoder built (the
+// Nats-Msg-Id without its "<prefix>.<cluster>/<source>/" part); "" for a
+// message it did not build.
+func (e *Encoder) ID(m *Message) string {
+	id, ok := strings.CutPrefix(m.MsgID, e.msgIDPrefix)
+	if !ok {
+		return ""
+	}
+	return id
+}
+
+// LegacyMsgID is the Nats-Msg-Id that relayd versions before the cluster
+// was part of it gave the event with CloudEvents id: "<source>/<id>".
+func (e *Encoder) LegacyMsgID(id string) string { return e.opts.Source + "/" + id }
+
+// UseLegacyMsgID gives m, built by this Encoder, the Nats-Msg-Id an older
+// relayd gave the same event (LegacyMsgID), so that JetStream drops its
+// replay after an upgrade as a duplicate of what the older version stored
+// (docs/DEPLOY.md, "Upgrade and rollback: formats").
+func (e *Encoder) UseLegacyMsgID(m *Message) {
+	m.MsgID = e.LegacyMsgID(e.ID(m))
+	h := make(map[string][]string, len(m.Header))
+	for k, v := range m.Header {
+		h[k] = v
+	}
+	h[HeaderMsgID] = []string{m.MsgID}
+	m.Header = h
 }

@@ -101,10 +101,10 @@ func TestEncodeStructured(t *testing.T) {
 		t.Errorf("Subject = %q", msg.Subject)
 	}
 	const id = "3f1c2b7e-9a4d-4e8b-b1c2-5d6e7f8a9b0c/48213377"
-	if msg.MsgID != "pods/"+id {
+	if msg.MsgID != "k8s.prod/pods/"+id {
 		t.Errorf("MsgID = %q", msg.MsgID)
 	}
-	wantHeader := map[string][]string{"Content-Type": {"application/cloudevents+json"}, "Nats-Msg-Id": {"pods/" + id}}
+	wantHeader := map[string][]string{"Content-Type": {"application/cloudevents+json"}, "Nats-Msg-Id": {"k8s.prod/pods/" + id}}
 	if !reflect.DeepEqual(msg.Header, wantHeader) {
 		t.Errorf("Header = %v", msg.Header)
 	}
@@ -239,7 +239,7 @@ func TestEncodeVariants(t *testing.T) {
 			if ceSubject != tt.ceSubject || id != tt.id || typ != "acme.k8s.object."+string(c.Type) {
 				t.Errorf("subject, id, type = %q, %q, %q; want %q, %q", ceSubject, id, typ, tt.ceSubject, tt.id)
 			}
-			if msg.MsgID != "src/"+tt.id {
+			if msg.MsgID != "acme.k8s.prod/src/"+tt.id {
 				t.Errorf("MsgID = %q", msg.MsgID)
 			}
 			for k, v := range tt.extra {
@@ -306,7 +306,7 @@ func TestEncodeBinary(t *testing.T) {
 		"ce-relaydpayload":      {"metadata"},
 		"ce-relaydfinalunknown": {"true"},
 		"Content-Type":          {"application/json"},
-		"Nats-Msg-Id":           {"pods/" + id},
+		"Nats-Msg-Id":           {"k8s.prod/pods/" + id},
 	}
 	if !reflect.DeepEqual(msg.Header, want) {
 		for k, v := range msg.Header {
@@ -323,7 +323,7 @@ func TestEncodeBinary(t *testing.T) {
 	if &msg.Data[0] != &c.Data[0] {
 		t.Error("binary body is not the payload")
 	}
-	if msg.MsgID != "pods/"+id || msg.Subject != "k8s.prod.core.v1.pods.shop.checkout-api-7f9c8d6b5-x2k4p.deleted" {
+	if msg.MsgID != "k8s.prod/pods/"+id || msg.Subject != "k8s.prod.core.v1.pods.shop.checkout-api-7f9c8d6b5-x2k4p.deleted" {
 		t.Errorf("MsgID %q, Subject %q", msg.MsgID, msg.Subject)
 	}
 	// Values share a backing array but appending to one must not clobber
@@ -480,7 +480,7 @@ func TestControl(t *testing.T) {
 	if started.Subject != "k8s.prod._relayd.pods.sync.started" || started.Subject != e.ControlSubject(false) {
 		t.Errorf("Subject = %q", started.Subject)
 	}
-	if started.MsgID != "pods/sync/_/4/started" || started.Header["Nats-Msg-Id"][0] != started.MsgID {
+	if started.MsgID != "k8s.prod/pods/sync/_/4/started" || started.Header["Nats-Msg-Id"][0] != started.MsgID {
 		t.Errorf("MsgID = %q", started.MsgID)
 	}
 	wantBody := `{"specversion":"1.0","id":"sync/_/4/started","source":"/relayd/prod/pods","type":"k8s.source.sync.started",` +
@@ -498,7 +498,7 @@ func TestControl(t *testing.T) {
 	s := SyncEvent{Completed: true, Namespace: "shop", Epoch: 4, Reason: "expired", FromResourceVersion: "100", ToResourceVersion: "250",
 		Counts: SyncCounts{Added: 1, Modified: 2, Deleted: 3, Unchanged: 40, Total: 43}, Time: testTime}
 	completed := e.Control(s)
-	if completed.Subject != "k8s.prod._relayd.pods.sync.completed" || completed.Subject != e.ControlSubject(true) || completed.MsgID != "pods/sync/shop/4/completed" {
+	if completed.Subject != "k8s.prod._relayd.pods.sync.completed" || completed.Subject != e.ControlSubject(true) || completed.MsgID != "k8s.prod/pods/sync/shop/4/completed" {
 		t.Errorf("Subject %q MsgID %q", completed.Subject, completed.MsgID)
 	}
 	m := decodeBody(t, completed.Data, "specversion", "id", "source", "type", "subject", "time", "datacontenttype",

@@ -75,6 +75,6 @@ func ExampleEncoder_Encode() {
 	fmt.Println(string(msg.Data))
 	// Output:
 	// k8s.prod.core.v1.configmaps.default.cfg.added
-	// cms/6f1c/42
+	// k8s.prod/cms/6f1c/42
 	// {"specversion":"1.0","id":"6f1c/42","source":"/relayd/prod/cms","type":"k8s.object.added","subject":"/api/v1/namespaces/default/configmaps/cfg","time":"2026-03-14T09:26:53.000000000Z","datacontenttype":"application/json","k8scluster":"prod","k8sapiversion":"v1","k8skind":"ConfigMap","k8sresource":"configmaps","k8snamespace":"default","k8sname":"cfg","k8suid":"6f1c","k8sresourceversion":"42","relaydsource":"cms","relaydorigin":"watch","relaydepoch":1,"relaydpayload":"reference","data":{"apiVersion":"v1","kind":"ConfigMap","namespace":"default","name":"cfg","uid":"6f1c","resourceVersion":"42"}}
 }

@@ -215,7 +215,8 @@ func TestEventGoldenFiles(t *testing.T) {
 			if !bytes.Equal(env.Data, g.want.Data) {
 				t.Errorf("%s: data %s, want %s", path, env.Data, g.want.Data)
 			}
-			if got, want := header[event.HeaderMsgID], []string{g.opts.Source + "/" + g.want.ID}; !slices.Equal(got, want) {
+			prefix := enc.Options().Prefix + "." + g.opts.Cluster
+			if got, want := header[event.HeaderMsgID], []string{prefix + "/" + g.opts.Source + "/" + g.want.ID}; !slices.Equal(got, want) {
 				t.Errorf("%s: Nats-Msg-Id %q, want %q", path, got, want)
 			}
 			if g.change == nil {
@@ -235,6 +236,51 @@ func TestEventGoldenFiles(t *testing.T) {
 				t.Errorf("%s: subject %q parses as %+v, want %+v", path, subject, p, want)
 			}
 		})
+	}
+}
+
+// testdata/msgid-v0 holds the golden messages as relayd wrote them before
+// the Nats-Msg-Id named the cluster ("<source>/<id>"; the rest of the bytes
+// is what this version writes). After an upgrade, relayd republishes the
+// changes after its checkpoint that the older version stored with such ids
+// with the same ids (Encoder.UseLegacyMsgID), so that JetStream drops them
+// as duplicates: that must give these bytes exactly.
+func TestLegacyMsgIDReproducesOlderVersion(t *testing.T) {
+	for _, g := range goldenEvents() {
+		t.Run(g.file, func(t *testing.T) {
+			enc, err := event.NewEncoder(g.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msg event.Message
+			if g.change != nil {
+				if msg, err = enc.Encode(g.change); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				msg = enc.Control(g.sync)
+			}
+			if got := enc.ID(&msg); got != g.want.ID {
+				t.Errorf("ID = %q, want the CloudEvents id %q", got, g.want.ID)
+			}
+			current := string(renderMessage(msg))
+			enc.UseLegacyMsgID(&msg)
+			old, err := os.ReadFile(filepath.Join("testdata", "msgid-v0", g.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(renderMessage(msg)); got != string(old) {
+				t.Errorf("with the legacy Nats-Msg-Id:\n got %q\nwant %q", got, old)
+			}
+			if string(renderMessage(msg)) == current {
+				t.Error("UseLegacyMsgID changed nothing")
+			}
+		})
+	}
+	var m event.Message
+	enc, _ := event.NewEncoder(event.EncoderOptions{Cluster: "a", Source: "s"})
+	if got := enc.ID(&m); got != "" {
+		t.Errorf("ID of a message the encoder did not build = %q, want \"\"", got)
 	}
 }
 

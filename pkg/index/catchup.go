@@ -1,7 +1,6 @@
 package index
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/pkg/event"
@@ -24,9 +24,24 @@ import (
 const CatchUpConsumerInactive = 30 * time.Second
 
 // StreamReader reads the event stream for CatchUp.
+//
+// The stream may be shared with other clusters' relayds and other
+// publishers (docs/GUARANTEES.md, "A shared stream"): a catch-up reads only
+// relayd's own subjects and applies only the messages relayd wrote.
 type StreamReader struct {
 	JetStream jetstream.JetStream
 	Stream    string // the event stream's name
+	// Subject is relayd's own subjects, "<prefix>.<cluster>.>": the only
+	// ones a catch-up reads (its consumer's filter).
+	Subject string
+	// Cluster is relayd's cluster name. A message on Subject whose
+	// k8scluster or CloudEvents source names another cluster, or that is
+	// no relayd event at all, was written by another publisher: it is
+	// counted (Foreign), logged once per catch-up and never applied.
+	Cluster string
+	// Foreign, if set, counts those messages by the source whose catch-up
+	// read them.
+	Foreign *prometheus.CounterVec
 	// OnLastSeq, if set, is given the stream's last sequence at the start
 	// of every catch-up (relayd seeds the sink's stream sequence with it).
 	OnLastSeq func(uint64)
@@ -37,6 +52,10 @@ type StreamReader struct {
 type CatchUpOf struct {
 	Source, Namespace string
 	From              uint64 // first stream sequence to read; 0: no catch-up
+	// Legacy asks for CatchUpResult.Legacy: set when the watch resumes
+	// from a checkpoint (and so republishes what came after it), not for a
+	// whole-stream read.
+	Legacy bool
 }
 
 // Fix is one correction a catch-up found: the bucket's entry of UID must
@@ -52,6 +71,13 @@ type CatchUpResult struct {
 	To    uint64 // the stream's last sequence when the catch-up began
 	Read  int    // messages read in [From, To]
 	Fixes []Fix  // the bucket entries to write, one per object at most
+	// Legacy holds the CloudEvents ids of the watch's messages in the range
+	// that an older relayd stored with a Nats-Msg-Id without the cluster
+	// (event.Encoder.LegacyMsgID): republished after an upgrade, they must
+	// get that id again to be dropped as duplicates. Nil when none.
+	Legacy map[string]struct{}
+	// Foreign is how many messages in the range another publisher wrote.
+	Foreign int
 }
 
 // CatchUp brings x (loaded from the bucket) up to what the event stream
@@ -86,26 +112,27 @@ func (s *StreamReader) CatchUp(ctx context.Context, log *zap.Logger, x *Index, c
 			zap.String("effect", "if the index lacked any of their changes, it still does"))
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: c.From,
+		FilterSubjects: []string{s.Subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: c.From,
 		InactiveThreshold: CatchUpConsumerInactive,
 	})
 	if err != nil {
 		return res, err
 	}
-	a := applier{x: x, c: c, before: map[string]before{}}
-	for next := c.From; next <= res.To; {
-		n, err := a.fetch(cons, &next, res.To)
-		if err != nil {
-			return res, err
-		}
-		if n == 0 {
-			if err := gone(ctx, log, stream, next, res.To, a.err); err != nil {
-				return res, err
-			}
-			break
-		}
+	a := applier{x: x, c: c, cluster: s.Cluster, before: map[string]before{}}
+	if err := a.readAll(ctx, cons, c.From, res.To); err != nil {
+		return res, err
 	}
-	res.Read, res.Fixes = a.read, a.fixes()
+	res.Read, res.Fixes, res.Legacy, res.Foreign = a.read, a.fixes(), a.legacy, a.foreign
+	if a.foreign > 0 {
+		if s.Foreign != nil {
+			s.Foreign.WithLabelValues(c.Source).Add(float64(a.foreign))
+		}
+		log.Warn("messages on relayd's own subjects that it did not write; not applied to the index",
+			zap.Int("messages", a.foreign), zap.String("subjects", s.Subject), zap.Uint64("firstStreamSeq", a.firstForeign),
+			zap.String("first", a.why),
+			zap.String("remedy", "only this relayd may publish on its subjects: give every cluster's relayd its own cluster name and restrict other publishers (docs/DEPLOY.md, NATS permissions)"))
+	}
 	return res, nil
 }
 
@@ -124,14 +151,50 @@ type applier struct {
 	// in the range: a few for a checkpoint's range, up to every object of
 	// the watch for a whole-stream read (for as long as the catch-up runs).
 	before map[string]before
-	err    error // the last batch's error (nil or a timeout), for gone's message
+
+	cluster      string              // relayd's cluster name
+	legacy       map[string]struct{} // see CatchUpResult.Legacy
+	foreign      int                 // see CatchUpResult.Foreign
+	firstForeign uint64              // the stream sequence of the first
+	why          string              // and what was wrong with it
 }
 
-// fetch reads one batch from *next on (no more than the range up to last
-// holds: a pull waits until its batch is full or it expires), applies it
+// readAll reads the consumer's messages (relayd's subjects, from stream
+// sequence next on) up to sequence last. A pull that brings nothing ends
+// the read when the consumer has nothing pending (the rest of the range is
+// other publishers' messages, or was removed by the stream's limits);
+// otherwise the pull was lost, and after three such pulls the read fails.
+func (a *applier) readAll(ctx context.Context, cons jetstream.Consumer, next, last uint64) error {
+	empty := 0
+	for next <= last {
+		n, err := a.fetch(cons, &next, last)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			empty = 0
+			continue
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumPending == 0 {
+			return nil
+		}
+		if empty++; empty == 3 {
+			return fmt.Errorf("could not read the stream from sequence %d to %d (%d messages on relayd's subjects pending): %w",
+				next, last, info.NumPending, nats.ErrTimeout)
+		}
+	}
+	return nil
+}
+
+// fetch reads what the consumer has of one batch from *next on (no more
+// than the range up to last holds), without waiting for more, applies it
 // and moves *next past it. It returns how many messages came (0: none).
 func (a *applier) fetch(cons jetstream.Consumer, next *uint64, last uint64) (int, error) {
-	batch, err := cons.Fetch(int(min(500, last-*next+1)), jetstream.FetchMaxWait(5*time.Second))
+	batch, err := cons.FetchNoWait(int(min(500, last-*next+1)))
 	if err != nil {
 		return 0, err
 	}
@@ -147,22 +210,39 @@ func (a *applier) fetch(cons jetstream.Consumer, next *uint64, last uint64) (int
 			break
 		}
 		a.read++
-		a.apply(m.Headers(), m.Data())
+		a.apply(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
 	}
-	a.err = batch.Error()
-	if a.err != nil && !errors.Is(a.err, nats.ErrTimeout) {
-		return n, a.err
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return n, err
 	}
 	return n, nil
 }
 
-// apply applies one stream message to the index if it is an object event
-// of the watch.
-func (a *applier) apply(h nats.Header, data []byte) {
+// apply applies one stream message (sequence seq) to the index if it is
+// an object event of the watch that relayd wrote.
+func (a *applier) apply(seq uint64, subject string, h nats.Header, data []byte) {
 	env, err := event.DecodeMessage(h, data)
-	if err != nil || env.RelaydSource != a.c.Source || env.K8sUID == "" ||
-		(a.c.Namespace != "" && env.K8sNamespace != a.c.Namespace) {
-		return // not an object event of this watch
+	if err == nil {
+		err = a.ours(&env)
+	}
+	if err != nil {
+		a.foreign++
+		if a.foreign == 1 {
+			a.firstForeign, a.why = seq, fmt.Sprintf("subject %q: %v", subject, err)
+		}
+		return
+	}
+	if env.RelaydSource != a.c.Source || (a.c.Namespace != "" && env.K8sNamespace != a.c.Namespace) {
+		return // another source's or namespace's
+	}
+	if a.c.Legacy && h.Get(event.HeaderMsgID) == env.RelaydSource+"/"+env.ID { // stored by an older relayd
+		if a.legacy == nil {
+			a.legacy = map[string]struct{}{}
+		}
+		a.legacy[env.ID] = struct{}{}
+	}
+	if env.K8sUID == "" {
+		return // a sync marker
 	}
 	o := Object{UID: env.K8sUID, Namespace: env.K8sNamespace, Name: env.K8sName, ResourceVersion: env.K8sResourceVersion}
 	cur, known := a.x.Get(o.UID)
@@ -175,6 +255,18 @@ func (a *applier) apply(h nats.Header, data []byte) {
 	case !known || cur != o:
 		a.x.Put(o)
 	}
+}
+
+// ours checks that a message on relayd's subjects is relayd's own: its
+// cluster's event, from a relayd source of that cluster.
+func (a *applier) ours(env *event.Envelope) error {
+	switch {
+	case env.K8sCluster != a.cluster:
+		return fmt.Errorf("k8scluster %q, not %q", env.K8sCluster, a.cluster)
+	case env.RelaydSource == "" || env.Source != "/relayd/"+a.cluster+"/"+env.RelaydSource:
+		return fmt.Errorf("source %q, relaydsource %q: not a relayd source of cluster %q", env.Source, env.RelaydSource, a.cluster)
+	}
+	return nil
 }
 
 // fixes lists the objects whose entry differs from the one before.
@@ -190,41 +282,4 @@ func (a *applier) fixes() []Fix {
 		}
 	}
 	return out
-}
-
-// gone is called when a fetch from next brought nothing: either the rest of
-// the range up to last is gone (stream limits; logged, nil), or the read
-// failed (a refused or lost consumer request looks the same from here; an
-// error, with the batch's error berr if it had one).
-func gone(ctx context.Context, log *zap.Logger, stream jetstream.Stream, next, last uint64, berr error) error {
-	info, err := stream.Info(ctx, jetstream.WithDeletedDetails(true))
-	if err != nil {
-		return err
-	}
-	if held := heldIn(info.State, next, last); held > 0 {
-		return fmt.Errorf("could not read the stream from sequence %d to %d (%d messages there): %w",
-			next, last, held, cmp.Or(berr, nats.ErrTimeout))
-	}
-	log.Warn("stream messages removed by its limits before the index caught up",
-		zap.Uint64("fromStreamSeq", next), zap.Uint64("toStreamSeq", last), zap.Uint64("streamFirstSeq", info.State.FirstSeq),
-		zap.String("effect", "their changes are missing from the index"))
-	return nil
-}
-
-// heldIn is how many messages st holds with sequences in [lo, hi].
-func heldIn(st jetstream.StreamState, lo, hi uint64) uint64 {
-	if st.Msgs == 0 {
-		return 0
-	}
-	lo, hi = max(lo, st.FirstSeq), min(hi, st.LastSeq)
-	if lo > hi {
-		return 0
-	}
-	n := hi - lo + 1
-	for _, d := range st.Deleted {
-		if d >= lo && d <= hi {
-			n--
-		}
-	}
-	return n
 }

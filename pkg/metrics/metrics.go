@@ -64,6 +64,7 @@ type Metrics struct {
 	TrackedObjects   *prometheus.GaugeVec // source
 	Epoch            *prometheus.GaugeVec // source
 	SourcePanics     *prometheus.CounterVec
+	ForeignMessages  *prometheus.CounterVec // source
 }
 
 // New creates the metrics and registers them, with the Go and process
@@ -78,7 +79,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		m.Events, m.EventsFiltered, m.EventsSuppressed, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
 		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.InFlightBytes, m.PublishErrors, m.Duplicates, m.Oversize,
 		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.StreamUsable, m.SourceUp,
-		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, newBuildInfo(),
+		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, m.ForeignMessages, newBuildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -148,6 +149,9 @@ func (m *Metrics) initPublish() {
 	}, src)
 	m.Oversize = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relayd_events_oversize_total", Help: "Events sent as a reference because the object exceeded the NATS max payload.",
+	}, src)
+	m.ForeignMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_foreign_messages_total", Help: "Messages on relayd's own subjects that another publisher wrote (another cluster's k8scluster or source, or no relayd event), read by the source's index catch-up and never applied.",
 	}, src)
 }
 

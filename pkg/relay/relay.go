@@ -385,7 +385,10 @@ func (r *relay) connectJetStream() error {
 	if err != nil {
 		return err
 	}
-	r.events = &index.StreamReader{JetStream: r.js, Stream: n.Stream.Name, OnLastSeq: r.sink.SeedStreamSeq}
+	r.events = &index.StreamReader{
+		JetStream: r.js, Stream: n.Stream.Name, Subject: r.cfg.StreamSubject(), Cluster: r.cfg.Cluster,
+		Foreign: r.m.ForeignMessages, OnLastSeq: r.sink.SeedStreamSeq,
+	}
 	return nil
 }
 

@@ -132,8 +132,20 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		w.log.Warn("object exceeds the NATS max payload; sent as a reference", zap.String("object", meta.Namespace+"/"+meta.Name),
 			zap.Int("bytes", len(it.Object.Raw)))
 	}
+	w.replayID(&msg)
 	e.Msg, e.ReadAt, e.Type, e.Origin = &msg, it.ReadAt, c.typ, it.Origin
 	return w.o.Pipe.Submit(ctx, e)
+}
+
+// replayID gives msg the Nats-Msg-Id an older relayd stored the same change
+// with, if it did (indexState.legacy).
+func (w *Watch) replayID(msg *event.Message) {
+	if len(w.ix.legacy) == 0 {
+		return
+	}
+	if _, ok := w.ix.legacy[w.enc.ID(msg)]; ok {
+		w.enc.UseLegacyMsgID(msg)
+	}
 }
 
 // syncStarted begins comparing a list with the index and publishes
@@ -143,6 +155,7 @@ func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
 	w.counts = event.SyncCounts{}
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "started").Inc()
 	msg := w.enc.Control(it.Sync)
+	w.replayID(&msg)
 	// The epoch goes into the bucket before sync.started is published (the
 	// shared key makes Submit wait for the write's ack): were relayd to die
 	// between the two the other way round, the next relist would reuse this
@@ -163,6 +176,7 @@ func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
 	it.Sync.Counts = w.counts
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "completed").Inc()
 	msg := w.enc.Control(it.Sync)
+	w.replayID(&msg)
 	if err := w.o.Pipe.Submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
 		return err
 	}
@@ -203,6 +217,7 @@ func (w *Watch) syncDeleted(ctx context.Context, epoch uint64, readAt time.Time)
 			w.log.Error("delete cannot be encoded; NOT published", zap.String("object", o.Namespace+"/"+o.Name), zap.Error(err))
 			return w.o.Pipe.Submit(ctx, e)
 		}
+		w.replayID(&msg)
 		e.Msg, e.ReadAt, e.Type, e.Origin = &msg, readAt, event.Deleted, event.OriginResync
 		return w.o.Pipe.Submit(ctx, e)
 	})

@@ -92,7 +92,7 @@ func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (string, er
 	if plan.WholeStream {
 		w.log.Info("no stream sequence to catch the object index up from; reading the whole event stream")
 	}
-	if err := w.catchUp(ctx, plan.CatchUpFrom); err != nil {
+	if err := w.catchUp(ctx, plan.CatchUpFrom, !plan.WholeStream); err != nil {
 		return "", fmt.Errorf("catching the index up with stream %q: %w", w.o.Config.NATS.Stream.Name, err)
 	}
 	return plan.Relist, nil
@@ -109,11 +109,16 @@ func planFields(gen index.Generation, pos checkpoint.Position) []zap.Field {
 
 // catchUp applies the event stream from sequence from on to the index
 // (index.StreamReader.CatchUp; 0: nothing to read) and submits the bucket
-// entries it corrected.
-func (w *Watch) catchUp(ctx context.Context, from uint64) error {
-	res, err := w.o.Stream.CatchUp(ctx, w.log, w.ix.idx, index.CatchUpOf{Source: w.o.Source.Name, Namespace: w.o.Namespace, From: from})
+// entries it corrected. With legacy (a resume from the checkpoint), it
+// keeps the ids the replay must publish with an older relayd's Nats-Msg-Id.
+func (w *Watch) catchUp(ctx context.Context, from uint64, legacy bool) error {
+	res, err := w.o.Stream.CatchUp(ctx, w.log, w.ix.idx, index.CatchUpOf{Source: w.o.Source.Name, Namespace: w.o.Namespace, From: from, Legacy: legacy})
 	if err != nil || from == 0 || from > res.To {
 		return err
+	}
+	if w.ix.legacy = res.Legacy; len(res.Legacy) > 0 {
+		w.log.Info("changes after the checkpoint were stored by an older relayd; their replays keep its Nats-Msg-Ids",
+			zap.Int("changes", len(res.Legacy)))
 	}
 	b := w.o.Bucket()
 	for _, f := range res.Fixes {

@@ -163,6 +163,11 @@ type indexState struct {
 	// load): the epoch to start from when the checkpoint has none or an
 	// older one.
 	epochFloor uint64
+	// legacy holds the CloudEvents ids of the changes after the checkpoint
+	// that an older relayd stored with a Nats-Msg-Id without the cluster
+	// (index.CatchUpResult.Legacy): republished with that id, JetStream
+	// drops them as duplicates.
+	legacy map[string]struct{}
 }
 
 // New returns the watch of o.Source in o.Namespace.

@@ -620,7 +620,7 @@ func TestNATSConsumerPermissions(t *testing.T) {
 	// first, it would make JetStream drop relayd's real event.
 	fake := strings.TrimSuffix(b.cfg.StreamSubject(), ">") + "core.v1.configmaps.default.fake.added"
 	try("publish on relayd's subjects", fake, func(ctx context.Context) error {
-		_, err := js.Publish(ctx, fake, []byte("{}"), jetstream.WithMsgID("configmaps/0000/1"))
+		_, err := js.Publish(ctx, fake, []byte("{}"), jetstream.WithMsgID(strings.TrimSuffix(b.cfg.StreamSubject(), ".>")+"/configmaps/0000/1"))
 		return err
 	})
 	s, err := admin.Stream(ctx, stream)
