@@ -234,3 +234,88 @@ func checkShared(t *testing.T, ms []msg, a, b string, onlyA, onlyB map[string]bo
 		t.Logf("stream:\n%s", dump(ms))
 	}
 }
+
+// TestReplayAfterUpgradeKeepsTheOlderMsgIDs: relayd versions before the
+// Nats-Msg-Id named the cluster stored "<source>/<id>". After an upgrade,
+// the new relayd resumes from the older one's checkpoint and republishes
+// what came after it; those changes the older one had stored must get its
+// ids again, or JetStream would store them twice (docs/DEPLOY.md, "Upgrade
+// and rollback: formats"). The older relayd's last messages are built by
+// hand, as it wrote them (a crash after their PubAcks, before the
+// checkpoint moved): the test cannot run an older build.
+func TestReplayAfterUpgradeKeepsTheOlderMsgIDs(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    labelSelector: app=x`)
+	key := "cms." + f.ns
+	x := f.createCM("x", map[string]string{"app": "x"}, nil)
+	r := f.start(nil, true)
+	f.waitStored(20*time.Second, isSync("completed"), isEvent("added", "x", x.ResourceVersion))
+	f.eventually(20*time.Second, "checkpoint with a stream sequence", func() error {
+		if p := f.checkpoints()[key]; p.StreamSeq == 0 {
+			return fmt.Errorf("checkpoint %+v", p)
+		}
+		return nil
+	})
+	r.stop(t)
+
+	// What the older relayd stored after its checkpoint, then crashed.
+	enc, err := event.NewEncoder(event.EncoderOptions{Cluster: f.cluster, Source: "cms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x2 := f.updateCM(x, "v", "2")
+	y := f.createCM("y", map[string]string{"app": "x"}, nil)
+	var legacy []string
+	for _, c := range []struct {
+		typ event.Type
+		cm  *corev1.ConfigMap
+	}{{event.Modified, x2}, {event.Added, y}} {
+		m, err := enc.Encode(&event.Change{
+			Type: c.typ, Origin: event.OriginWatch, Epoch: 1, Resource: event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true},
+			Meta: event.Meta{Namespace: f.ns, Name: c.cm.Name, UID: string(c.cm.UID), ResourceVersion: c.cm.ResourceVersion},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc.UseLegacyMsgID(&m)
+		out := nats.NewMsg(m.Subject)
+		out.Header, out.Data = m.Header, m.Data
+		if _, err := f.js.PublishMsg(t.Context(), out); err != nil {
+			t.Fatal(err)
+		}
+		legacy = append(legacy, m.MsgID)
+	}
+	all := f.stored()
+	before := all[len(all)-1].Seq
+
+	r = f.start(nil, true)
+	z := f.createCM("z", map[string]string{"app": "x"}, nil)
+	ms := f.waitStored(20*time.Second, isEvent("added", "z", z.ResourceVersion))
+	if got := metricValue(t, r.reg, "relayd_publish_duplicates_total", map[string]string{"source": "cms"}); got < 2 {
+		t.Errorf("relayd_publish_duplicates_total = %v, want the 2 replays dropped as duplicates", got)
+	}
+	ids := map[string]int{}
+	for _, m := range ms {
+		if m.Seq > before {
+			if m.Env.K8sUID == "" {
+				t.Errorf("after the upgrade: %s (seq %d), want no relist", m.Env.Type, m.Seq)
+			}
+			if m.Env.K8sName != "z" {
+				t.Errorf("after the upgrade: %s %s@%s stored again (Nats-Msg-Id %s)", m.Env.Type, m.Env.K8sName, m.Env.K8sResourceVersion, m.MsgID)
+			}
+		}
+		ids[m.MsgID]++
+	}
+	for _, id := range legacy {
+		if ids[id] != 1 {
+			t.Errorf("%s stored %d times, want once", id, ids[id])
+		}
+	}
+	if !strings.HasPrefix(ms[len(ms)-1].MsgID, "k8s."+f.cluster+"/cms/") {
+		t.Errorf("a new change's Nats-Msg-Id %q, want k8s.%s/cms/…", ms[len(ms)-1].MsgID, f.cluster)
+	}
+}
