@@ -120,7 +120,7 @@ func (s *StreamReader) CatchUp(ctx context.Context, log *zap.Logger, x *Index, c
 		return res, err
 	}
 	a := applier{x: x, c: c, cluster: s.Cluster, before: map[string]before{}}
-	if err := a.readAll(ctx, cons, c.From, res.To); err != nil {
+	if err := a.readAll(cons, c.From, res.To); err != nil {
 		return res, err
 	}
 	res.Read, res.Fixes, res.Legacy, res.Foreign = a.read, a.fixes(), a.legacy, a.foreign
@@ -161,10 +161,12 @@ type applier struct {
 
 // readAll reads the consumer's messages (relayd's subjects, from stream
 // sequence next on) up to sequence last. A pull that brings nothing ends
-// the read when the consumer has nothing pending (the rest of the range is
-// other publishers' messages, or was removed by the stream's limits);
-// otherwise the pull was lost, and after three such pulls the read fails.
-func (a *applier) readAll(ctx context.Context, cons jetstream.Consumer, next, last uint64) error {
+// the read when the consumer had nothing pending when it was created (the
+// rest of the range is other publishers' messages, or was removed by the
+// stream's limits); otherwise the pull was lost, and after three such
+// pulls the read fails. (The consumer's own info, from its creation, says
+// so: no request, so no grant beyond creating it and pulling.)
+func (a *applier) readAll(cons jetstream.Consumer, next, last uint64) error {
 	empty := 0
 	for next <= last {
 		n, err := a.fetch(cons, &next, last)
@@ -175,16 +177,17 @@ func (a *applier) readAll(ctx context.Context, cons jetstream.Consumer, next, la
 			empty = 0
 			continue
 		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			return err
-		}
-		if info.NumPending == 0 {
+		info := cons.CachedInfo()
+		if info != nil && info.NumPending == 0 {
 			return nil
 		}
 		if empty++; empty == 3 {
-			return fmt.Errorf("could not read the stream from sequence %d to %d (%d messages on relayd's subjects pending): %w",
-				next, last, info.NumPending, nats.ErrTimeout)
+			pending := "unknown"
+			if info != nil {
+				pending = fmt.Sprint(info.NumPending)
+			}
+			return fmt.Errorf("could not read the stream from sequence %d to %d (%s messages on relayd's subjects pending): %w",
+				next, last, pending, nats.ErrTimeout)
 		}
 	}
 	return nil
