@@ -186,6 +186,11 @@ type Watch struct {
 	RelistBackoff Backoff `yaml:"relistBackoff"`
 	// PageSize is the limit of each page of the paginated LIST fallback.
 	PageSize int `yaml:"pageSize"`
+	// MaxObjectBytes bounds what relayd reads from the apiserver: a watch
+	// frame or LIST item over it fails the watch (restarted with backoff),
+	// and a LIST page is read up to it (plus 64 KiB) and asked for again
+	// with fewer items when it is larger.
+	MaxObjectBytes int `yaml:"maxObjectBytes"`
 }
 
 // Backoff is an exponential backoff with jitter.
@@ -379,6 +384,10 @@ const (
 	DefaultRetryPeriod          = 2 * time.Second
 	DefaultPayload              = PayloadFull
 	DefaultInitial              = InitialSnapshot
+
+	// DefaultMaxObjectBytes is far above any object an apiserver stores
+	// (etcd refuses requests over 1.5 MiB by default).
+	DefaultMaxObjectBytes = 64 << 20
 )
 
 // PodNamespaceEnv is the environment variable (set through the downward
@@ -452,6 +461,7 @@ func (c *Config) ApplyDefaults() {
 		b.Jitter = &j
 	}
 	setInt(&w.PageSize, DefaultPageSize)
+	setInt(&w.MaxObjectBytes, DefaultMaxObjectBytes)
 
 	setDuration(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
 

@@ -124,6 +124,14 @@
 //     jitter between failed watches and relists.
 //   - pageSize (default 500, 1..10000): page size of the paginated LIST
 //     used when the server does not support streaming lists.
+//   - maxObjectBytes (default 67108864 = 64 MiB, 1 MiB..1 TiB): the most
+//     relayd reads of one watch frame or LIST item. One over it (a broken
+//     apiserver or proxy, or an object larger than the bound) fails that
+//     watch with an error naming the source, the resource and the bytes
+//     read, counted as relayd_watch_restarts_total{reason="oversized"};
+//     the watch is retried with relistBackoff from its position, and the
+//     other sources go on. A LIST page is read up to maxObjectBytes plus
+//     64 KiB; a larger one is asked for again with half as many items.
 //
 // shutdown:
 //

@@ -374,6 +374,7 @@ func (v *validator) watch(w *Watch) {
 		v.add("watch.relistBackoff.jitter", "must be between 0 and 1, got %v", j)
 	}
 	v.intRange("watch.pageSize", w.PageSize, 1, 10000)
+	v.intRange("watch.maxObjectBytes", w.MaxObjectBytes, 1<<20, 1<<40)
 }
 
 func (v *validator) sources(srcs []Source) {

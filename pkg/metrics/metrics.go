@@ -24,6 +24,7 @@ const (
 	ReasonNotFound  = "not-found" // kind/namespace not served (e.g. CRD deleted)
 	ReasonResolve   = "resolve"   // discovery could not resolve the kind
 	ReasonError     = "error"     // anything else
+	ReasonOversized = "oversized" // a watch frame or LIST item over watch.maxObjectBytes
 	ReasonPanic     = "panic"     // a recovered panic in the source goroutine
 	ReasonInitial   = "initial"   // first list of a source without a checkpoint
 	// ReasonNoCheckpoint: a list at start without a checkpoint while the
@@ -215,7 +216,7 @@ func (m *Metrics) InitSource(source string) {
 	}
 	m.EventsFiltered.WithLabelValues(source)
 	m.EventsSuppressed.WithLabelValues(source)
-	for _, r := range []string{ReasonExpired, ReasonTimeout, ReasonIdle, ReasonClosed, ReasonForbidden, ReasonNotFound, ReasonResolve, ReasonError, ReasonPanic} {
+	for _, r := range []string{ReasonExpired, ReasonTimeout, ReasonIdle, ReasonClosed, ReasonForbidden, ReasonNotFound, ReasonResolve, ReasonError, ReasonOversized, ReasonPanic} {
 		m.WatchRestarts.WithLabelValues(source, r)
 	}
 	for _, r := range []string{ReasonExpired, ReasonInitial, ReasonNoCheckpoint, ReasonIndexLost} {

@@ -32,8 +32,8 @@ func TestMetricNamesLintClean(t *testing.T) {
 	if got := testutil.ToFloat64(m.Events.WithLabelValues("pods", "deleted", "resync")); got != 0 {
 		t.Errorf("events{pods,deleted,resync} = %v", got)
 	}
-	if n := testutil.CollectAndCount(m.WatchRestarts); n != 9 {
-		t.Errorf("watch restart reasons pre-initialised: %d series, want 9", n)
+	if n := testutil.CollectAndCount(m.WatchRestarts); n != 10 {
+		t.Errorf("watch restart reasons pre-initialised: %d series, want 10", n)
 	}
 }
 

@@ -13,8 +13,13 @@ import (
 // read the value, once more to copy it into a json.RawMessage) took about
 // 60% of relayd's CPU per event in the CPU profile of `make bench`
 // (docs/PERFORMANCE.md).
+//
+// A frame may be at most limit bytes long: the buffer never grows past
+// limit+1 bytes, so a frame without an end (a broken or hostile server)
+// costs that much memory, not all there is, and is a *tooLargeError.
 type frameReader struct {
 	r          io.Reader
+	limit      int
 	buf        []byte
 	start, end int // buf[start:end] is read and not yet returned
 	// The scan of the frame starting at buf[start]: pos is the next byte to
@@ -25,13 +30,14 @@ type frameReader struct {
 	err   error // from r; returned once the buffered bytes are used up
 }
 
-func newFrameReader(r io.Reader) *frameReader {
-	return &frameReader{r: r, buf: make([]byte, 64<<10)}
+// newFrameReader reads frames of at most limit bytes from r.
+func newFrameReader(r io.Reader, limit int) *frameReader {
+	return &frameReader{r: r, limit: limit, buf: make([]byte, min(64<<10, limit+1))}
 }
 
 // Next returns the next frame, valid until the next call. At the end of
 // the stream it returns io.EOF between frames and io.ErrUnexpectedEOF
-// inside one.
+// inside one; a frame longer than limit is a *tooLargeError.
 func (f *frameReader) Next() ([]byte, error) {
 	for {
 		for f.start < f.end && isJSONSpace(f.buf[f.start]) {
@@ -49,7 +55,14 @@ func (f *frameReader) Next() ([]byte, error) {
 	}
 	f.pos, f.depth, f.inStr = f.start, 0, false
 	for {
-		if end, ok := f.scan(); ok {
+		end, ok := f.scan()
+		if !ok {
+			end = f.end // the frame so far
+		}
+		if n := end - f.start; n > f.limit {
+			return nil, &tooLargeError{what: tooLargeFrame, read: int64(n), max: int64(f.limit)}
+		}
+		if ok {
 			frame := f.buf[f.start:end:end]
 			f.start = end
 			return frame, nil
@@ -107,7 +120,9 @@ func (f *frameReader) scan() (int, bool) {
 }
 
 // fill reads more of the stream into buf, moving the unread bytes to its
-// front and growing it when it is full.
+// front and growing it, up to limit+1 bytes, when it is full. Next stops
+// at a frame of more than limit bytes, so a full buffer of limit+1 bytes is
+// never filled.
 func (f *frameReader) fill() error {
 	if f.err != nil {
 		return f.err
@@ -118,7 +133,10 @@ func (f *frameReader) fill() error {
 		f.start, f.end = 0, n
 	}
 	if f.end == len(f.buf) {
-		f.buf = append(f.buf, make([]byte, len(f.buf))...)
+		// Not append, which may round the capacity past limit+1.
+		grown := make([]byte, min(2*len(f.buf), f.limit+1))
+		copy(grown, f.buf[:f.end])
+		f.buf = grown
 	}
 	for {
 		n, err := f.r.Read(f.buf[f.end:])

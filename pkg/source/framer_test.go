@@ -13,7 +13,7 @@ import (
 
 func readFrames(t *testing.T, r io.Reader) ([]string, error) {
 	t.Helper()
-	f := newFrameReader(r)
+	f := newFrameReader(r, DefaultMaxObjectBytes)
 	var out []string
 	for {
 		b, err := f.Next()
@@ -117,7 +117,7 @@ func BenchmarkFrameReader(b *testing.B) {
 	b.SetBytes(int64(len(stream)))
 	b.ReportAllocs()
 	for b.Loop() {
-		f := newFrameReader(strings.NewReader(stream))
+		f := newFrameReader(strings.NewReader(stream), DefaultMaxObjectBytes)
 		for {
 			if _, err := f.Next(); err != nil {
 				break

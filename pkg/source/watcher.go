@@ -22,6 +22,11 @@
 //     last resourceVersion read. 410 Expired triggers a relist; repeated
 //     failures back off exponentially with jitter.
 //   - resourceVersions are opaque strings: only compared for equality.
+//   - Input is bounded (Options.MaxObjectBytes): a watch frame or LIST item
+//     over it fails the attempt after no more than that is read (restart
+//     reason "oversized", retried with backoff); a LIST page is read up to
+//     it plus 64 KiB, and a larger one is asked for again with half as many
+//     items.
 //   - With Options.MetadataOnly, every request asks for PartialObjectMetadata
 //     (Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1),
 //     so the rest of each object is neither sent nor read, and the items
@@ -131,6 +136,13 @@ type Options struct {
 	// it, so that the payload cuts and the fingerprint come from the one
 	// scanning pass. nil: no drop or ignoreChanges paths.
 	Shaping *event.Shaping
+
+	// MaxObjectBytes bounds what is read from the apiserver
+	// (watch.maxObjectBytes; default DefaultMaxObjectBytes): a watch
+	// frame or LIST item over it fails the attempt (restart reason
+	// "oversized") after no more than that was read, and a LIST page over
+	// it plus 64 KiB is asked for again with half as many items.
+	MaxObjectBytes int64
 }
 
 // The Accept headers of a MetadataOnly watcher: the object form for
@@ -198,6 +210,9 @@ func New(o Options) (*Watcher, error) {
 	}
 	if o.PageSize <= 0 {
 		o.PageSize = 500
+	}
+	if o.MaxObjectBytes <= 0 {
+		o.MaxObjectBytes = DefaultMaxObjectBytes
 	}
 	if o.Backoff.Duration == 0 {
 		o.Backoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 5 * time.Minute}
@@ -269,6 +284,9 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			w.mu.Unlock()
 			w.log.Warn("watch position expired (410); relisting", zap.String("resourceVersion", w.rv), zap.Error(err))
 		case outcomeRetry:
+			if reason == metrics.ReasonOversized {
+				err = w.describe(err) // the log says which source and resource
+			}
 			w.failures.Fail(err, zap.String("reason", reason))
 		}
 		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, reason).Inc()
@@ -338,6 +356,10 @@ func (w *Watcher) fromCurrentRV(ctx context.Context, backoff *wait.Backoff) (ok 
 		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, perm).Inc()
 		return false, w.describe(err)
 	}
+	if tooLarge := (*tooLargeError)(nil); errors.As(err, &tooLarge) {
+		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, metrics.ReasonOversized).Inc()
+		err = w.describe(err)
+	}
 	w.log.Warn("cannot read the current resourceVersion; retrying", zap.Error(err))
 	if !sleep(ctx, backoff.Step()) {
 		return false, ctx.Err()
@@ -392,9 +414,12 @@ func classify(err error, metadataOnly bool) (outcome, string) {
 	if perm := permanent(err); perm != "" {
 		return outcomePermanent, perm
 	}
+	var tooLarge *tooLargeError
 	switch {
 	case errors.Is(err, errIdle):
 		return outcomeRetry, metrics.ReasonIdle
+	case errors.As(err, &tooLarge):
+		return outcomeRetry, metrics.ReasonOversized
 	case isConnErr(err):
 		return outcomeRetry, metrics.ReasonClosed
 	}
@@ -554,12 +579,31 @@ func RawResult(res rest.Result) ([]byte, error) {
 	return body, nil
 }
 
+// readList runs a LIST request of at most limit items and returns its
+// body, read up to MaxObjectBytes plus listPageSlack (the rest of a page
+// of one item), whatever limit is: more is a *tooLargeError, about an
+// item when limit is 1, else about the page (smallerPage then asks for
+// fewer items), and nothing past the bound is read.
+func (w *Watcher) readList(ctx context.Context, r *rest.Request, limit int64) ([]byte, error) {
+	body, err := r.Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	b, err := readAtMost(body, w.o.MaxObjectBytes+listPageSlack, tooLargePage)
+	var tooLarge *tooLargeError
+	if errors.As(err, &tooLarge) && limit <= 1 {
+		tooLarge.what, tooLarge.max = tooLargeItem, w.o.MaxObjectBytes
+	}
+	return b, err
+}
+
 // currentRV reads the collection's current resourceVersion with a
 // one-item consistent LIST.
 func (w *Watcher) currentRV(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.o.IdleTimeout)
 	defer cancel()
-	body, err := RawResult(w.request(true).Param("limit", "1").Do(ctx))
+	body, err := w.readList(ctx, w.request(true).Param("limit", "1"), 1)
 	if err != nil {
 		return "", err
 	}
@@ -626,12 +670,13 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 		rv   string
 		n    int64
 	)
+	limit := w.o.PageSize
 	for {
-		r := w.request(true).Param("limit", strconv.FormatInt(w.o.PageSize, 10))
+		r := w.request(true).Param("limit", strconv.FormatInt(limit, 10))
 		if cont != "" {
 			r = r.Param("continue", cont)
 		}
-		meta, err := w.listPage(ctx, r, func(raw []byte) error {
+		meta, err := w.listPage(ctx, r, limit, func(raw []byte) error {
 			obj, err := event.ParseObjectShaped(raw, w.o.Shaping)
 			if err != nil {
 				w.log.Error("skipping unparsable list item (reported, not published)", zap.Error(err))
@@ -647,6 +692,10 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 			}
 			return nil
 		})
+		if smaller, ok := w.smallerPage(err, limit); ok {
+			limit = smaller // nothing of the page was handled: ask again
+			continue
+		}
 		if err != nil {
 			return err // a 410 on a continue token restarts the whole list
 		}
@@ -664,22 +713,40 @@ func (w *Watcher) listPages(ctx context.Context, h Handler) error {
 	return w.endList(ctx, h, s, rv, n)
 }
 
-// listPage runs one LIST request and calls item with each item's JSON, a
-// sub-slice of the page: the page is held once, not also as a copy of
-// every item. It is read whole within IdleTimeout before any item is
-// handled, so a handler blocked by backpressure never stalls the response
-// (the apiserver would cut a LIST that takes over its request timeout).
-func (w *Watcher) listPage(ctx context.Context, r *rest.Request, item func([]byte) error) (metav1.ListMeta, error) {
+// smallerPage is the page size to ask for again after a page of limit
+// items failed with err, when it failed for being over its bound
+// (readList): half as many items, for the rest of this list.
+func (w *Watcher) smallerPage(err error, limit int64) (int64, bool) {
+	var tooLarge *tooLargeError
+	if !errors.As(err, &tooLarge) || tooLarge.what != tooLargePage || limit <= 1 {
+		return 0, false
+	}
+	w.log.Info("LIST page larger than watch.maxObjectBytes allows; asking for fewer items per page",
+		zap.Int64("limit", limit), zap.Int64("bytesRead", tooLarge.read), zap.Int64("newLimit", limit/2))
+	return limit / 2, true
+}
+
+// listPage runs one LIST request of at most limit items and calls item
+// with each item's JSON, a sub-slice of the page: the page is held once,
+// not also as a copy of every item. It is read whole within IdleTimeout
+// before any item is handled, so a handler blocked by backpressure never
+// stalls the response (the apiserver would cut a LIST that takes over its
+// request timeout). An item over MaxObjectBytes is a *tooLargeError.
+func (w *Watcher) listPage(ctx context.Context, r *rest.Request, limit int64, item func([]byte) error) (metav1.ListMeta, error) {
 	var meta metav1.ListMeta
 	pctx, cancel := context.WithTimeout(ctx, w.o.IdleTimeout)
-	body, err := RawResult(r.Do(pctx))
+	body, err := w.readList(pctx, r, limit)
 	cancel()
 	if err != nil {
 		return meta, err
 	}
 	var itemErr error
 	raw, err := event.ScanList(body, func(b []byte) error {
-		itemErr = item(b)
+		if n := int64(len(b)); n > w.o.MaxObjectBytes {
+			itemErr = &tooLargeError{what: tooLargeItem, read: n, max: w.o.MaxObjectBytes}
+		} else {
+			itemErr = item(b)
+		}
 		return itemErr
 	})
 	switch {
@@ -722,7 +789,7 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 	w.o.OnState(true)
 	w.failures.OK()
 
-	frames := newFrameReader(body)
+	frames := newFrameReader(body, int(w.o.MaxObjectBytes))
 	if streamList {
 		s.origin = w.listing.origin
 	}

@@ -73,11 +73,17 @@ func newWatcher(t *testing.T, h http.Handler, o Options) (*Watcher, *metrics.Met
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	client, err := rest.RESTClientFor(&rest.Config{
-		Host: srv.URL, APIPath: "/api",
-		ContentConfig: rest.ContentConfig{GroupVersion: &schema.GroupVersion{Version: "v1"},
-			NegotiatedSerializer: scheme.Codecs.WithoutConversion(), ContentType: "application/json"},
-	})
+	return watcherFor(t, &rest.Config{Host: srv.URL}, o)
+}
+
+// watcherFor returns a watcher of the ConfigMaps of source "s" on the
+// server of rc (its Host and Dial).
+func watcherFor(t *testing.T, rc *rest.Config, o Options) (*Watcher, *metrics.Metrics) {
+	t.Helper()
+	rc.APIPath = "/api"
+	rc.ContentConfig = rest.ContentConfig{GroupVersion: &schema.GroupVersion{Version: "v1"},
+		NegotiatedSerializer: scheme.Codecs.WithoutConversion(), ContentType: "application/json"}
+	client, err := rest.RESTClientFor(rc)
 	if err != nil {
 		t.Fatal(err)
 	}

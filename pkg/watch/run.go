@@ -154,7 +154,7 @@ func (w *Watch) watcherOptions() source.Options {
 	return source.Options{
 		Resource: w.resource, Source: src.Name, Namespace: w.o.Namespace,
 		LabelSelector: src.LabelSelector, FieldSelector: src.FieldSelector,
-		Timeout: wc.Timeout.Duration(), IdleTimeout: wc.IdleTimeout.Duration(),
+		Timeout: wc.Timeout.Duration(), IdleTimeout: wc.IdleTimeout.Duration(), MaxObjectBytes: int64(wc.MaxObjectBytes),
 		PageSize: int64(wc.PageSize),
 		Backoff:  w.o.Backoff(),
 		Logger:   w.o.Logger.Named("source"), Metrics: w.o.Metrics,
