@@ -16,11 +16,13 @@ import (
 )
 
 // CatchUpConsumerInactive is how long the NATS server keeps the index
-// catch-up's consumer after its last pull. nats.go's ordered consumer
-// replaces its server-side consumer on every Fetch (deleting the one it
-// replaces) but never deletes the last one; without a threshold of our own
-// the server would keep it for nats.go's default of 5 minutes. Every Fetch
-// creates a fresh consumer, so a slow catch-up cannot outlive it.
+// catch-up's consumer after its last pull. A catch-up reads through one
+// ordered consumer (nats.go replaces it only after a gap in its delivery)
+// and never deletes it, so relayd needs no right to delete consumers on a
+// shared stream (docs/DEPLOY.md, "NATS permissions"): the server removes it
+// this long after the read ends; without a threshold of our own it would
+// keep it for nats.go's default of 5 minutes. The read pulls continuously,
+// so a slow catch-up does not outlive its consumer.
 const CatchUpConsumerInactive = 30 * time.Second
 
 // StreamReader reads the event stream for CatchUp.
@@ -160,65 +162,47 @@ type applier struct {
 }
 
 // readAll reads the consumer's messages (relayd's subjects, from stream
-// sequence next on) up to sequence last. A pull that brings nothing ends
-// the read when the consumer had nothing pending when it was created (the
-// rest of the range is other publishers' messages, or was removed by the
-// stream's limits); otherwise the pull was lost, and after three such
-// pulls the read fails. (The consumer's own info, from its creation, says
-// so: no request, so no grant beyond creating it and pulling.)
+// sequence next on) up to sequence last. The read ends at the first message
+// past last, or at a message after which nothing was pending on relayd's
+// subjects when it was delivered (what came after it was published after
+// the catch-up began), or at once if the consumer had nothing pending when
+// it was created. Five seconds without a message while some are pending is
+// a lost pull; the third in a row fails the read.
 func (a *applier) readAll(cons jetstream.Consumer, next, last uint64) error {
-	empty := 0
-	for next <= last {
-		n, err := a.fetch(cons, &next, last)
+	it, err := cons.Messages(jetstream.PullMaxMessages(int(min(500, last-next+1))))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		return nil
+	}
+	for empty := 0; next <= last; {
+		m, err := it.Next(jetstream.NextMaxWait(5 * time.Second))
+		if errors.Is(err, nats.ErrTimeout) {
+			if empty++; empty == 3 {
+				return fmt.Errorf("could not read the stream from sequence %d to %d: %w", next, last, err)
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		if n > 0 {
-			empty = 0
-			continue
-		}
-		info := cons.CachedInfo()
-		if info != nil && info.NumPending == 0 {
-			return nil
-		}
-		if empty++; empty == 3 {
-			pending := "unknown"
-			if info != nil {
-				pending = fmt.Sprint(info.NumPending)
-			}
-			return fmt.Errorf("could not read the stream from sequence %d to %d (%s messages on relayd's subjects pending): %w",
-				next, last, pending, nats.ErrTimeout)
-		}
-	}
-	return nil
-}
-
-// fetch reads what the consumer has of one batch from *next on (no more
-// than the range up to last holds), without waiting for more, applies it
-// and moves *next past it. It returns how many messages came (0: none).
-func (a *applier) fetch(cons jetstream.Consumer, next *uint64, last uint64) (int, error) {
-	batch, err := cons.FetchNoWait(int(min(500, last-*next+1)))
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for m := range batch.Messages() {
-		n++
+		empty = 0
 		md, err := m.Metadata()
 		if err != nil {
-			return n, err
+			return err
 		}
-		*next = md.Sequence.Stream + 1
-		if md.Sequence.Stream > last {
-			break
+		if next = md.Sequence.Stream + 1; md.Sequence.Stream > last {
+			return nil
 		}
 		a.read++
 		a.apply(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
+		if md.NumPending == 0 {
+			return nil
+		}
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-		return n, err
-	}
-	return n, nil
+	return nil
 }
 
 // apply applies one stream message (sequence seq) to the index if it is

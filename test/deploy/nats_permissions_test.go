@@ -257,8 +257,8 @@ func wantStream(b *bundle) stream.Want {
 // (relayd adds its own). Then, for each subject of the list, the same from
 // scratch without it (on the existing stream for STREAM.UPDATE, the only
 // case that uses it): relayd's log must name the refused subject, and
-// relayd must fail to relay (sources wait) — except without the two
-// CONSUMER.DELETE subjects, which only clean up consumers the server would
+// relayd must fail to relay (sources wait) — except without the bucket's
+// CONSUMER.DELETE subject, which only cleans up consumers the server would
 // expire anyway.
 func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 	perms := docNATSPermissions(t)
