@@ -59,10 +59,9 @@ type RawStream struct {
 // that exclude each other are in different variants: "limits", "rollups",
 // "counter", "mirror", "sealed"). stream gives each variant its name and
 // subjects; the sources and the mirror read origin (see CreateRawStreams),
-// one source through the JetStream API of another domain, far
-// (farAPI).
-// Every variant has max_msgs_per_subject 5, so that a "KV_" stream is a
-// key-value bucket to nats.go.
+// one source through the JetStream API of another domain (farAPI). Every
+// variant has max_msgs_per_subject 5, so that a "KV_" stream is a key-value
+// bucket to nats.go.
 func StreamsAwayFromDefaults(origin string, stream func(variant string) (name string, subjects []string)) []RawStream {
 	var out []RawStream
 	for _, v := range []string{"limits", "rollups", "counter", "mirror", "sealed"} {
@@ -301,8 +300,8 @@ func orAbsent(v json.RawMessage, ok bool) string {
 // why. Keys are "<type>.<json name>".
 func NotAwayFromDefault() map[string]string {
 	return map[string]string{
-		"StreamConfig.num_replicas": "a single server stores one replica only",
-		"Placement.cluster":         "a single server is in no cluster to place a stream in",
+		"StreamConfig.num_replicas": "a single server stores one replica only (pkg/stream tests it on a cluster)",
+		"Placement.cluster":         "a single server is in no cluster to place a stream in (pkg/stream tests it on a cluster)",
 		"Placement.preferred":       `the server refuses it in a stream's configuration ("preferred server not permitted in placement")`,
 	}
 }

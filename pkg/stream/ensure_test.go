@@ -113,6 +113,63 @@ accounts {
 	}
 }
 
+// The same on a JetStream cluster, for the two settings a single server
+// does not take: a stream with 3 replicas placed in the cluster by name.
+func TestEnsureChangesOnlyTheSubjectsReplicated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := testenv.StartNATSCluster(3, testenv.NATSClusterOptions{Name: "shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var s testenv.RawStream
+	for _, v := range testenv.StreamsAwayFromDefaults("ORIGIN", func(v string) (string, []string) {
+		return "EVENTS_" + v, []string{"audit." + v + ".>"}
+	}) {
+		if v.Variant == "limits" {
+			s = v
+		}
+	}
+	s.Config["num_replicas"] = 3
+	s.Config["placement"] = map[string]any{"cluster": "shared"} // tags would need servers with them
+	befores, _, err := testenv.CreateRawStreams(ctx, nc, "$JS.API.", "ORIGIN", []testenv.RawStream{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := befores[0]
+	if string(before["num_replicas"]) != "3" || string(before["placement"]) != `{"cluster":"shared"}` {
+		t.Fatalf("created with replicas %s, placement %s", before["num_replicas"], before["placement"])
+	}
+	if _, err := c.WaitStreamLeader(s.Name, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Want{Name: s.Name, Subject: "k8s.replicated.>", Create: true, DuplicateWindow: 10 * time.Minute,
+		Replicas: 3, Storage: jetstream.FileStorage, MaxAge: 168 * time.Hour, MaxBytes: -1}
+	if res, err := Ensure(ctx, js, w); err != nil || !res.Updated || res.Blocker != "" {
+		t.Fatalf("Ensure: %v, updated %v, blocker %q", err, res.Updated, res.Blocker)
+	}
+	after, err := testenv.JSRequest(ctx, nc, "$JS.API.STREAM.INFO."+s.Name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(after["subjects"]); got != `["audit.limits.\u003e","k8s.replicated.\u003e"]` {
+		t.Errorf("subjects %s", got)
+	}
+	if diff := testenv.DiffConfigs(before, after, "subjects"); len(diff) > 0 {
+		t.Errorf("Ensure changed more than the subjects of the stream:\n%s", strings.Join(diff, "\n"))
+	}
+}
+
 // fakeJetStream answers the JetStream API for one stream, under prefix, as a
 // server newer than nats.go would: its config holds settings that nats.go
 // (and nats-server v2.15.2) do not know. A real server cannot do that (it
