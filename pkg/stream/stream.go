@@ -5,13 +5,20 @@
 //
 // With nats.stream.create a missing stream is created with the configured
 // settings; an existing one only gets "<prefix>.<cluster>.>" added to its
-// subjects, and only when none of them captures it. Settings of an existing
+// subjects, and only when none of them captures it. That update rewrites
+// "subjects" and nothing else: relayd takes the stream's configuration as
+// the server's own JSON (STREAM.INFO, under the configured domain's API
+// prefix) and sends it back with only "subjects" changed (STREAM.UPDATE), so
+// that settings nats.go does not model (a server newer than relayd's client
+// library) are kept as they are, byte for byte. Settings of an existing
 // stream that differ from the configuration are reported as warnings; the
-// few that break relayd's guarantees (a duplicate window under a minute, or
+// few that break relayd's guarantees (a duplicate window under a minute, a
+// sealed stream or a mirror, which relayd does not update either, or
 // subjects that do not capture relayd's when it may not add them) are a
-// Blocker: relayd stays unready with that reason. So does a replicated stream
-// without a leader (its JetStream cluster lost quorum): nothing can be
-// stored, and relayd waits, holding its checkpoints.
+// Blocker: relayd stays unready with that reason. So does a
+// replicated stream without a leader (its JetStream cluster lost quorum):
+// nothing can be stored, and relayd waits, holding its checkpoints. See
+// docs/GUARANTEES.md, "The stream: relayd never clobbers it".
 package stream
 
 import (
@@ -84,7 +91,14 @@ func Check(found jetstream.StreamConfig, w Want) Plan {
 				w.Name, found.Subjects, w.Subject)
 		}
 	}
+	// Neither a sealed stream nor a mirror can store relayd's messages:
+	// relayd does not add its subject to them either.
+	if found.Sealed {
+		p.AddSubject = false
+		p.Blocker = fmt.Sprintf("stream %s is sealed: it takes no messages (point nats.stream.name at another stream)", w.Name)
+	}
 	if found.Mirror != nil {
+		p.AddSubject = false
 		p.Blocker = fmt.Sprintf("stream %s is a mirror of %s: it cannot be published to (point nats.stream.name at the origin stream)", w.Name, found.Mirror.Name)
 	}
 	switch {
@@ -187,7 +201,9 @@ var ErrNotFound = errors.New("stream not found")
 
 // Ensure looks the stream up; creates it when missing (Want.Create); adds
 // Want.Subject to an existing stream that does not capture it
-// (Want.Create); and returns the plan of the stream as it then is.
+// (Want.Create), changing nothing else of it (the server's JSON with only
+// "subjects" changed, see the package doc); and returns the plan of the
+// stream as it then is.
 //
 // Two relayd instances adding their subjects to one stream at the same
 // moment may overwrite each other's update (JetStream has no conditional
@@ -222,11 +238,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, w Want) (Result, error)
 			res.Blocker = join(res.Blocker, fmt.Sprintf("stream %s: relayd's subject %q was added but is gone again (another client keeps replacing the stream's subjects)", w.Name, w.Subject))
 			return res, nil
 		}
-		found.Subjects = append(slices.Clone(found.Subjects), w.Subject)
-		if _, err := js.UpdateStream(ctx, found); err != nil {
+		updated, err := addSubject(ctx, js, w.Name, w.Subject)
+		if err != nil {
 			return res, fmt.Errorf("stream %s: add subject %q: %w", w.Name, w.Subject, err)
 		}
-		res.Updated = true
+		res.Updated = res.Updated || updated
 		// Read it back: another instance's concurrent update may have
 		// replaced ours.
 		select {

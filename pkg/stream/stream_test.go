@@ -78,9 +78,11 @@ func TestCheck(t *testing.T) {
 		{name: "replicas and storage", edit: func(c *jetstream.StreamConfig, _ *Want) {
 			c.Replicas, c.Storage, c.MaxAge, c.Discard, c.MaxBytes, c.Subjects = 3, jetstream.MemoryStorage, 168*time.Hour, jetstream.DiscardNew, 1<<30, []string{"k8s.>"}
 		}, warnings: []string{"maxBytes is 1073741824, nats.stream.maxBytes is -1", "replicas is 3, nats.stream.replicas is 1", "storage is Memory, nats.stream.storage is File"}},
+		{name: "sealed: blocks, no subject added", edit: func(c *jetstream.StreamConfig, _ *Want) { c.Sealed = true },
+			blocker: "stream EVENTS is sealed: it takes no messages", warnings: []string{"discard", "maxAge"}},
 		{name: "mirror", edit: func(c *jetstream.StreamConfig, _ *Want) {
 			c.Mirror, c.Subjects = &jetstream.StreamSource{Name: "ORIGIN"}, nil
-		}, add: true, blocker: "is a mirror of ORIGIN", warnings: []string{"discard", "maxAge"}},
+		}, blocker: "is a mirror of ORIGIN", warnings: []string{"discard", "maxAge"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, w := admin, want()
