@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,11 +26,20 @@ type Lister interface {
 type Options struct {
 	JS jetstream.JetStream
 	// Stream is relayd's event stream; Durable the name of this consumer's
-	// durable JetStream consumer (created if missing; it resumes where its
-	// last acknowledged message left off).
+	// durable JetStream consumer (created if missing, updated to this
+	// configuration; it resumes where its last acknowledged message left
+	// off).
 	Stream, Durable string
+	// Cluster is the cluster this consumer follows: relayd's config key
+	// cluster, its k8scluster extension. Required: a message of another
+	// cluster is terminated (Check).
+	Cluster string
+	// Prefix is relayd's subject and type prefix (config key prefix);
+	// default "k8s".
+	Prefix string
 	// Subjects are the filter subjects: the object subjects wanted and the
-	// sync markers of the sources that publish them, e.g. "k8s.prod.>".
+	// sync markers of the sources that publish them; default
+	// "<prefix>.<cluster>.>".
 	Subjects []string
 	// View is where the objects are kept.
 	View *View
@@ -39,9 +48,68 @@ type Options struct {
 	// logs that a reconcile is needed instead.
 	Lister Lister
 	Log    *slog.Logger
+	// BackOff is the redelivery schedule of a message that was not
+	// applied: the n-th redelivery waits BackOff[n-1] (the last one
+	// repeats), whether the consumer gave it back (Nak) or its
+	// acknowledgement timed out (the durable consumer's BackOff, so its
+	// first value is also the ack wait: keep it above the longest apply).
+	// Default 30s, 1m, 2m, 5m, 10m.
+	BackOff []time.Duration
+	// MaxDeliver bounds the deliveries of one message (default 20, about
+	// 2.5 hours with the default BackOff). At the last one a message that
+	// still cannot be applied is terminated with an error log naming it:
+	// the view may then miss that change until the next reconcile.
+	MaxDeliver int
+	// TombstoneTTL is how long the view keeps a deleted object's tombstone
+	// (docs/CONSUMING.md, rule 3): an event of the object older than the
+	// delete that arrives later is still skipped. Default 24h, well over
+	// relayd's duplicate window (10m); PruneEvery (default TombstoneTTL/4)
+	// is how often expired tombstones are removed.
+	TombstoneTTL, PruneEvery time.Duration
 	// Applied, when set, is called after each message was applied, before
 	// it is acknowledged.
 	Applied func(Applied)
+}
+
+// The defaults of Options.
+var (
+	DefaultBackOff      = []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute}
+	DefaultMaxDeliver   = 20
+	DefaultTombstoneTTL = 24 * time.Hour
+)
+
+// withDefaults checks o and fills in the defaults.
+func (o Options) withDefaults() (Options, error) {
+	if o.Prefix == "" {
+		o.Prefix = "k8s"
+	}
+	switch {
+	case !validToken(o.Cluster):
+		return o, fmt.Errorf("cluster %q: give the cluster relayd publishes (its config key cluster: letters, digits, '_' and '-')", o.Cluster)
+	case !validPrefix(o.Prefix):
+		return o, fmt.Errorf("prefix %q: relayd's prefix is tokens of letters, digits, '_' and '-' joined by dots", o.Prefix)
+	case o.View == nil || o.JS == nil || o.Log == nil:
+		return o, errors.New("JS, View and Log are required")
+	}
+	if len(o.Subjects) == 0 {
+		o.Subjects = []string{o.Prefix + "." + o.Cluster + ".>"}
+	}
+	if len(o.BackOff) == 0 {
+		o.BackOff = DefaultBackOff
+	}
+	if o.MaxDeliver == 0 {
+		o.MaxDeliver = DefaultMaxDeliver
+	}
+	if o.MaxDeliver <= len(o.BackOff) {
+		return o, fmt.Errorf("MaxDeliver %d: JetStream wants more deliveries than BackOff values (%d)", o.MaxDeliver, len(o.BackOff))
+	}
+	if o.TombstoneTTL <= 0 {
+		o.TombstoneTTL = DefaultTombstoneTTL
+	}
+	if o.PruneEvery <= 0 {
+		o.PruneEvery = o.TombstoneTTL / 4
+	}
+	return o, nil
 }
 
 // Applied describes one applied message.
@@ -65,17 +133,24 @@ type syncData struct {
 }
 
 // Run consumes relayd's stream into the view until ctx ends: each message
-// is decoded (either CloudEvents mode), applied, and only then
-// acknowledged. A message that cannot be applied (the view's bucket is
-// unavailable) is not acknowledged and comes back after a delay; one that
-// cannot be decoded is logged and terminated, never retried forever.
+// is decoded (either CloudEvents mode), checked (Check), applied, and only
+// then acknowledged. A message that cannot be applied (the view's bucket is
+// unavailable) is not acknowledged and comes back after the BackOff delay,
+// at most MaxDeliver times; one that cannot be decoded, is not relayd's for
+// this cluster, or cannot be ordered is logged and terminated, never
+// retried. Tombstones older than TombstoneTTL are pruned meanwhile.
 func Run(ctx context.Context, o Options) error {
+	o, err := o.withDefaults()
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", o.Durable, err)
+	}
 	cons, err := o.JS.CreateOrUpdateConsumer(ctx, o.Stream, jetstream.ConsumerConfig{
 		Durable:        o.Durable,
 		FilterSubjects: o.Subjects,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		AckWait:        30 * time.Second,
+		MaxDeliver:     o.MaxDeliver,
+		BackOff:        o.BackOff,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer %s on stream %s: %w", o.Durable, o.Stream, err)
@@ -86,8 +161,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer it.Stop()
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // ends the goroutine below when Run returns on an error
-	go func() { <-ctx.Done(); it.Stop() }()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // ends the goroutines below when Run returns on an error
+	wg.Add(2)
+	go func() { defer wg.Done(); <-ctx.Done(); it.Stop() }()
+	go func() { defer wg.Done(); prune(ctx, o) }()
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -96,19 +175,55 @@ func Run(ctx context.Context, o Options) error {
 			}
 			return err
 		}
-		if err := handle(ctx, o, m); err != nil {
-			if errors.Is(err, errTerminated) {
-				continue
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			o.Log.Warn("not applied; redelivered later", "subject", m.Subject(), "error", err)
-			_ = m.NakWithDelay(time.Second)
-			continue
-		}
+		settle(ctx, o, m, handle(ctx, o, m))
+	}
+}
+
+// settle acknowledges, gives back or terminates a message after handle.
+func settle(ctx context.Context, o Options, m jetstream.Msg, err error) {
+	switch {
+	case err == nil:
 		if err := m.Ack(); err != nil {
 			o.Log.Warn("ack failed; the message comes back and is skipped then", "subject", m.Subject(), "error", err)
+		}
+	case errors.Is(err, errTerminated):
+	case ctx.Err() != nil:
+		// Stopping: the message comes back after the ack wait.
+	default:
+		md, mdErr := m.Metadata()
+		if mdErr != nil {
+			o.Log.Warn("not applied; redelivered after the ack wait", "subject", m.Subject(), "error", err)
+			return
+		}
+		n := int(md.NumDelivered)
+		if n >= o.MaxDeliver {
+			o.Log.Error("not applied after the last delivery: terminated; the view misses this change until a reconcile",
+				"subject", m.Subject(), "seq", md.Sequence.Stream, "deliveries", n, "error", err)
+			_ = m.TermWithReason("not applied after MaxDeliver deliveries")
+			return
+		}
+		delay := o.BackOff[min(n, len(o.BackOff))-1]
+		o.Log.Warn("not applied; redelivered later", "subject", m.Subject(), "seq", md.Sequence.Stream, "deliveries", n, "retryIn", delay, "error", err)
+		_ = m.NakWithDelay(delay)
+	}
+}
+
+// prune removes expired tombstones every PruneEvery until ctx ends.
+func prune(ctx context.Context, o Options) {
+	t := time.NewTicker(o.PruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := o.View.PruneTombstones(ctx, time.Now().Add(-o.TombstoneTTL))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			o.Log.Warn("pruning tombstones failed; tried again later", "error", err)
+		case n > 0:
+			o.Log.Info("pruned expired tombstones", "removed", n, "ttl", o.TombstoneTTL)
 		}
 	}
 }
@@ -117,8 +232,8 @@ func Run(ctx context.Context, o Options) error {
 // is neither acknowledged nor redelivered.
 var errTerminated = errors.New("message terminated")
 
-func terminate(m jetstream.Msg) error {
-	if err := m.Term(); err != nil {
+func terminate(m jetstream.Msg, why error) error {
+	if err := m.TermWithReason(why.Error()); err != nil {
 		return err
 	}
 	return errTerminated
@@ -130,30 +245,41 @@ func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
+	seq := md.Sequence.Stream
 	env, err := event.DecodeMessage(m.Headers(), m.Data())
 	if err != nil {
-		o.Log.Error("undecodable message: terminated", "subject", m.Subject(), "seq", md.Sequence.Stream, "error", err)
-		return terminate(m)
+		o.Log.Error("undecodable message: terminated", "subject", m.Subject(), "seq", seq, "error", err)
+		return terminate(m, err)
 	}
-	a := Applied{Seq: md.Sequence.Stream, Event: env}
-	switch {
-	case strings.HasSuffix(env.Type, ".source.sync.completed"):
+	k, err := Check(o.Prefix, o.Cluster, m.Subject(), m.Headers().Get(event.HeaderMsgID), &env)
+	if err != nil {
+		o.Log.Error("not a message of relayd for this cluster: terminated", "subject", m.Subject(), "seq", seq, "error", err)
+		return terminate(m, err)
+	}
+	a := Applied{Seq: seq, Event: env}
+	switch k {
+	case syncCompleted:
 		var d syncData
 		if err := json.Unmarshal(env.Data, &d); err != nil {
-			o.Log.Error("undecodable sync marker: terminated", "seq", md.Sequence.Stream, "error", err)
-			return terminate(m)
+			o.Log.Error("undecodable sync marker: terminated", "subject", m.Subject(), "seq", seq, "error", err)
+			return terminate(m, err)
+		}
+		if d.Namespace != env.K8sNamespace {
+			err := unusable("sync marker of namespace %q, k8snamespace %q", d.Namespace, env.K8sNamespace)
+			o.Log.Error("inconsistent sync marker: terminated", "subject", m.Subject(), "seq", seq, "error", err)
+			return terminate(m, err)
 		}
 		a.Gap = d.Reason
-		if a.Reconciled, err = reconcile(ctx, o, env.RelaydSource, d); err != nil {
+		if a.Reconciled, err = reconcile(ctx, o, m, env.RelaydSource, d); err != nil {
 			return err
 		}
-	case strings.HasSuffix(env.Type, ".source.sync.started"):
+	case syncStarted:
 		// Nothing to do: the events up to sync.completed repair the view.
 	default:
 		a.Action, err = o.View.Apply(ctx, &env)
 		if errors.Is(err, ErrIncomparable) {
-			o.Log.Error("cannot order this event: terminated", "subject", m.Subject(), "seq", md.Sequence.Stream, "error", err)
-			return terminate(m)
+			o.Log.Error("cannot order this event: terminated", "subject", m.Subject(), "seq", seq, "error", err)
+			return terminate(m, err)
 		}
 		if err != nil {
 			return err
@@ -170,7 +296,7 @@ func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 // after index-lost (or an initial snapshot over objects the view holds)
 // relayd may not know objects the view holds, so their deletes cannot come:
 // they are found by listing the cluster.
-func reconcile(ctx context.Context, o Options, source string, d syncData) (int, error) {
+func reconcile(ctx context.Context, o Options, m jetstream.Msg, source string, d syncData) (int, error) {
 	if d.Reason != "index-lost" && d.Reason != "initial" {
 		return 0, nil
 	}
@@ -196,6 +322,7 @@ func reconcile(ctx context.Context, o Options, source string, d syncData) (int, 
 	}
 	n := 0
 	for r, es := range held {
+		_ = m.InProgress() // a LIST may take a while: not redelivered meanwhile
 		live, err := o.Lister.ListUIDs(ctx, r.apiVersion, r.resource, d.Namespace, d.To)
 		if err != nil {
 			return n, fmt.Errorf("reconcile %s %s: %w", source, r.resource, err)

@@ -232,7 +232,7 @@ func startConsumer(t *testing.T, js jetstream.JetStream, l *lane, lister Lister)
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l.stop, l.done = cancel, make(chan error, 1)
-	o := Options{JS: js, Stream: l.stream, Durable: "example", Subjects: []string{"k8s." + l.cluster + ".>"},
+	o := Options{JS: js, Stream: l.stream, Durable: "example", Cluster: l.cluster, Subjects: []string{"k8s." + l.cluster + ".>"},
 		View: l.view, Lister: lister, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Applied: l.record}
 	// The stream is created by relayd: wait for it.
 	testutil.Eventually(t, 60*time.Second, l.stream+" exists", func() error {

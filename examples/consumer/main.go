@@ -11,14 +11,22 @@
 //   - A sync.completed of reason index-lost (or initial, over objects the
 //     view holds) is reconciled against a LIST of the cluster, when a
 //     kubeconfig is given.
-//   - A message is acknowledged only after the view stored its effect.
+//   - A message is acknowledged only after the view stored its effect; one
+//     that could not be stored comes back with a back-off, at most
+//     --max-deliver times.
+//   - A message that is not relayd's for --cluster (its type, k8scluster,
+//     source and subject disagree: [Check]) or cannot be decoded or ordered
+//     is terminated, never retried; tombstones expire after
+//     --tombstone-ttl.
 //
 // Usage:
 //
-//	consumer --server nats://127.0.0.1:4222 --stream K8S --subject 'k8s.demo.>' [--kubeconfig FILE]
+//	consumer --server nats://127.0.0.1:4222 --stream K8S --cluster demo [--subject 'k8s.demo.>'] [--kubeconfig FILE]
 //
-// It prints one line per applied message. `make sandbox` starts servers and
-// relayd to try it against.
+// It prints one line per applied message, names and values from the
+// message escaped (quoted with Go escapes when they hold anything but
+// printable characters). `make sandbox` starts servers and relayd to try it
+// against.
 package main
 
 import (
@@ -60,12 +68,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	durable := fs.String("durable", "example-consumer", "name of the durable JetStream consumer")
 	bucket := fs.String("bucket", "example-view", "key-value bucket holding the view")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for reconciling after relayd lost its index (optional)")
+	cluster := fs.String("cluster", "", "the cluster relayd publishes (its config key cluster); required")
+	prefix := fs.String("prefix", "k8s", "relayd's subject and type prefix (its config key prefix)")
+	maxDeliver := fs.Int("max-deliver", DefaultMaxDeliver, "deliveries of a message that cannot be applied before it is terminated")
+	ttl := fs.Duration("tombstone-ttl", DefaultTombstoneTTL, "how long a deleted object's tombstone is kept")
 	var subs subjects
-	fs.Var(&subs, "subject", "filter subject, repeatable (default: the whole stream)")
+	fs.Var(&subs, "subject", "filter subject, repeatable (default: <prefix>.<cluster>.>)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
 		}
+		return 2
+	}
+	if *cluster == "" {
+		fmt.Fprintln(stderr, "consumer: --cluster is required: the cluster relayd publishes (its config key cluster)")
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
@@ -89,8 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "consumer:", err)
 		return 1
 	}
-	o := Options{JS: js, Stream: *stream, Durable: *durable, Subjects: subs, View: view, Log: log,
-		Applied: func(a Applied) { fmt.Fprintln(stdout, describe(a)) }}
+	o := Options{JS: js, Stream: *stream, Durable: *durable, Cluster: *cluster, Prefix: *prefix, Subjects: subs, View: view, Log: log,
+		MaxDeliver: *maxDeliver, TombstoneTTL: *ttl, Applied: func(a Applied) { fmt.Fprintln(stdout, describe(a)) }}
 	if *kubeconfig != "" {
 		if o.Lister, err = NewLister(*kubeconfig); err != nil {
 			fmt.Fprintln(stderr, "consumer:", err)
@@ -104,20 +120,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// describe renders an applied message as one line.
+// describe renders an applied message as one line. Every string from the
+// message goes through printable: an object's name cannot move the cursor,
+// change colours or reorder the line.
 func describe(a Applied) string {
 	e := a.Event
 	if a.Gap != "" {
-		return fmt.Sprintf("%d sync.completed source=%s epoch=%d reason=%s reconciled=%d", a.Seq, e.RelaydSource, e.RelaydEpoch, a.Gap, a.Reconciled)
+		return fmt.Sprintf("%d sync.completed source=%s epoch=%d reason=%s reconciled=%d", a.Seq, printable(e.RelaydSource), e.RelaydEpoch, printable(a.Gap), a.Reconciled)
 	}
 	if e.K8sUID == "" {
-		return fmt.Sprintf("%d %s source=%s epoch=%d", a.Seq, e.Type, e.RelaydSource, e.RelaydEpoch)
+		return fmt.Sprintf("%d %s source=%s epoch=%d", a.Seq, printable(e.Type), printable(e.RelaydSource), e.RelaydEpoch)
 	}
 	name := e.K8sName
 	if e.K8sNamespace != "" {
 		name = e.K8sNamespace + "/" + name
 	}
-	return fmt.Sprintf("%d %-6s %s %s %s rv=%s origin=%s", a.Seq, a.Action, e.Type[strings.LastIndexByte(e.Type, '.')+1:], e.K8sKind, name, e.K8sResourceVersion, e.RelaydOrigin)
+	return fmt.Sprintf("%d %-6s %s %s %s rv=%s origin=%s", a.Seq, a.Action, printable(e.Type[strings.LastIndexByte(e.Type, '.')+1:]),
+		printable(e.K8sKind), printable(name), printable(e.K8sResourceVersion), printable(e.RelaydOrigin))
 }
 
 // dynLister is a Lister over client-go's dynamic client.

@@ -152,6 +152,43 @@ func (v *View) Entries(ctx context.Context, source string) ([]*Entry, error) {
 	return out, nil
 }
 
+// PruneTombstones removes the tombstones applied before cutoff and returns
+// how many it removed. A key written meanwhile (the object came back at a
+// newer version) is left alone: the removal is conditional on the
+// revision read.
+func (v *View) PruneTombstones(ctx context.Context, cutoff time.Time) (int, error) {
+	lister, err := v.kv.ListKeys(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for k := range lister.Keys() {
+		kve, err := v.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		var e Entry
+		if err := json.Unmarshal(kve.Value(), &e); err != nil {
+			return n, fmt.Errorf("view entry %s: %w", k, err)
+		}
+		if !e.Deleted || !e.DeletedAt.Before(cutoff) {
+			continue
+		}
+		err = v.kv.Purge(ctx, k, jetstream.LastRevision(kve.Revision()))
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // rewritten since it was read
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
 // Apply applies one object event to the view and returns what it did.
 func (v *View) Apply(ctx context.Context, env *event.Envelope) (Action, error) {
 	held, err := v.Get(ctx, env.RelaydSource, env.K8sUID)

@@ -34,7 +34,7 @@ Try, in another terminal (from %[4]s):
   %[8]s tail -c %[3]s --replay
 
   # 3. run the example consumer (docs/CONSUMING.md): it keeps a view of the objects
-  go run ./examples/consumer --server %[2]s --stream K8S --subject 'k8s.demo.>' --kubeconfig %[1]s
+  go run ./examples/consumer --server %[2]s --stream K8S --cluster demo --kubeconfig %[1]s
 
 Ctrl-C here stops everything and removes %[9]s.`,
 		kubeconfig, d.nats.URL(), cfg, root, d.env.CAFile(), d.env.AdminToken(), d.env.Host(), d.bin, d.tmp))

@@ -429,6 +429,193 @@ func TestHelmLintSchemaAndFailures(t *testing.T) {
 	}
 }
 
+// TestHelmChartRefusesValuesThatWidenRBAC: a value the RBAC templates
+// render (a source's group, resource, apiVersion or namespaces, a plural in
+// rbac.resources, the checkpoint's or a Lease's name and namespace) that is
+// not a Kubernetes name is refused by the values schema, naming it, in both
+// `helm template` and `helm lint --strict`: a comma list, "*", a quote, a
+// newline, a YAML injection would otherwise grant more than the source
+// needs (a comma list or an injection in a resource renders a Secrets
+// grant). With the schema skipped (--skip-schema-validation) the chart
+// itself refuses what it would render into RBAC, naming the key. The other
+// values rendered into the pod (kind, version, image, mount path) are held
+// to their patterns too.
+func TestHelmChartRefusesValuesThatWidenRBAC(t *testing.T) {
+	const schemaErr = "values don't meet the specifications of the schema(s)"
+	src := func(s string) string { return "config: {sources: [" + s + "]}\n" }
+	byResource := func(group, resource string) string {
+		return src(`{name: cms, resource: {group: ` + group + `, version: v1, resource: ` + resource + `}}`)
+	}
+	widgets := func(apiVersion, kind, plural string) string {
+		return src(`{name: widgets, apiVersion: `+apiVersion+`, kind: `+kind+`}`) + "rbac: {resources: {widgets: " + plural + "}}\n"
+	}
+	inNamespace := func(ns string) string {
+		return src(`{name: cms, resource: {group: "", version: v1, resource: configmaps}, namespaces: [` + ns + `]}`)
+	}
+	for _, tc := range []struct {
+		name, values string
+		path         string // the schema's path of the value
+		chart        string // the chart's own words with the schema skipped; "" for values not rendered into RBAC
+	}{
+		{"a comma list as a resource", byResource(`""`, `"configmaps,secrets"`), "/config/sources/0/resource/resource", "config.sources[0].resource.resource"},
+		{"a wildcard resource", byResource(`""`, `"*"`), "/config/sources/0/resource/resource", "config.sources[0].resource.resource"},
+		{"a YAML injection in a resource", byResource(`""`, `"x]\n- secrets"`), "/config/sources/0/resource/resource", "config.sources[0].resource.resource"},
+		{"a rule injected by a resource", byResource(`""`, `"configmaps]\n  verbs: [list, watch]\n- apiGroups: [\"\"]\n  resources: [secrets"`), "/config/sources/0/resource/resource", "config.sources[0].resource.resource"},
+		{"a subresource", byResource(`""`, `pods/exec`), "/config/sources/0/resource/resource", "config.sources[0].resource.resource"},
+		{"a quote in a resource", byResource(`""`, `"configmaps\""`), "/config/sources/0/resource/resource", "config.sources[0].resource.resource"},
+		{"an empty resource", byResource(`""`, `""`), "/config/sources/0/resource/resource", ""},
+		{"a wildcard group", byResource(`"*"`, `configmaps`), "/config/sources/0/resource/group", "config.sources[0].resource.group"},
+		{"a comma list as a group", byResource(`"apps,batch"`, `deployments`), "/config/sources/0/resource/group", "config.sources[0].resource.group"},
+		{"a newline in a group", byResource(`"apps\n"`, `deployments`), "/config/sources/0/resource/group", "config.sources[0].resource.group"},
+		{"an upper-case group", byResource(`Apps`, `deployments`), "/config/sources/0/resource/group", "config.sources[0].resource.group"},
+		{"a bracket in a version", src(`{name: cms, resource: {group: "", version: "v1]", resource: configmaps}}`), "/config/sources/0/resource/version", ""},
+		{"a wildcard group by apiVersion", widgets(`"*/v1"`, `Widget`, `widgets`), "/config/sources/0/apiVersion", "config.sources[0].apiVersion"},
+		{"a comma list in an apiVersion", widgets(`"example.com,apps/v1"`, `Widget`, `widgets`), "/config/sources/0/apiVersion", "config.sources[0].apiVersion"},
+		{"a newline in a kind", widgets(`example.com/v1`, `"Widget\n- secrets"`, `widgets`), "/config/sources/0/kind", ""},
+		{"a wildcard in rbac.resources", widgets(`example.com/v1`, `Widget`, `"*"`), "/rbac/resources/widgets", "rbac.resources.widgets"},
+		{"a YAML injection in rbac.resources", widgets(`example.com/v1`, `Widget`, `"widgets]\n- secrets"`), "/rbac/resources/widgets", "rbac.resources.widgets"},
+		{"a dotted plural in rbac.resources", widgets(`example.com/v1`, `Widget`, `"widgets.example.com"`), "/rbac/resources/widgets", "rbac.resources.widgets"},
+		{"a comma list as a namespace", inNamespace(`"shop,kube-system"`), "/config/sources/0/namespaces/0", "config.sources[0].namespaces[0]"},
+		{"a wildcard namespace", inNamespace(`"*"`), "/config/sources/0/namespaces/0", "config.sources[0].namespaces[0]"},
+		{"a newline in a namespace", inNamespace(`"shop\nkind: ClusterRole"`), "/config/sources/0/namespaces/0", "config.sources[0].namespaces[0]"},
+		{"a comma list as the checkpoint name", "config: {checkpoint: {name: \"relayd-checkpoint, kube-root-ca.crt\"}}\n", "/config/checkpoint/name", "config.checkpoint.name"},
+		{"a rule injected by the checkpoint name", "config: {checkpoint: {name: \"relayd-checkpoint]\\n    verbs: [get, update]\\n  - apiGroups: ['']\\n    resources: [secrets\"}}\n", "/config/checkpoint/name", "config.checkpoint.name"},
+		{"a wildcard checkpoint namespace", "config: {checkpoint: {namespace: \"*\"}}\n", "/config/checkpoint/namespace", "config.checkpoint.namespace"},
+		{"a comma list as the Lease prefix", "config: {sharding: {enabled: true, leasePrefix: \"relayd, kube-scheduler\"}}\n", "/config/sharding/leasePrefix", "config.sharding.leasePrefix"},
+		{"a quote in the image repository", "image: {repository: \"evil\\\"\\n\"}\n", "/image/repository", ""},
+		{"a newline in the image tag", "image: {tag: \"1.0\\ncommand: [sh]\"}\n", "/image/tag", ""},
+		{"a newline in the NATS Secret's mount path", "natsSecret: {name: relayd-nats, mountPath: \"/etc/relayd-nats\\n  readOnly: false\"}\n", "/natsSecret/mountPath", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, args := range [][]string{{"template", "relayd", chartDir}, {"lint", "--strict", chartDir}} {
+				out, err := helm(t, args, tc.values)
+				if err == nil {
+					t.Errorf("helm %s accepts %q; the rules it renders:\n%s", args[0], tc.values, ruleLines(out))
+					continue
+				}
+				if msg := string(out) + err.Error(); !strings.Contains(msg, schemaErr) || !strings.Contains(msg, "'"+tc.path+"'") {
+					t.Errorf("helm %s: %s\nwant the schema's error naming '%s'", args[0], msg, tc.path)
+				}
+			}
+			if tc.chart == "" {
+				return
+			}
+			out, err := helm(t, []string{"template", "relayd", chartDir, "--skip-schema-validation"}, tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.chart) {
+				t.Errorf("with the schema skipped: %v; want the chart's error naming %s\n%s", err, tc.chart, out)
+			}
+		})
+	}
+}
+
+// ruleLines: the lines of a render that say what a role grants.
+func ruleLines(out []byte) string {
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if t := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "- ")); strings.HasPrefix(t, "apiGroups:") || strings.HasPrefix(t, "resources:") ||
+			strings.HasPrefix(t, "resourceNames:") || strings.HasPrefix(t, "kind: ") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// TestHelmChartRBACOfEdgeValuesOnTheAPIServer: values at the edges of what
+// the schema admits (the core group, groups with dots, by resource and by
+// kind, cluster-scoped kinds, two namespaces, a checkpoint name with a dot,
+// sharding's Leases) render, `helm lint --strict` passes, every object is
+// accepted by a real apiserver (server-side apply), and the ServiceAccount
+// may do exactly what the chart computed: the apiserver's authorizer allows
+// each rendered permission and refuses its neighbours (Secrets, another
+// namespace, cluster-wide for a namespaced source, a write).
+func TestHelmChartRBACOfEdgeValuesOnTheAPIServer(t *testing.T) {
+	run := time.Now().UnixNano() // new names per run: -count=N works
+	release, ns := "relayd-edge", fmt.Sprintf("relayd-edge-%d", run)
+	shop, staging := fmt.Sprintf("edge-shop-%d", run), fmt.Sprintf("edge-shop-staging-%d", run)
+	values := `config:
+  cluster: helm-edge
+  nats: {url: "nats://nats.invalid:4222", stream: {name: K8S, create: true}}
+  checkpoint: {name: relayd.positions-1}
+  sharding: {enabled: true, leasePrefix: relayd-edge}
+  sources:
+    - {name: ingresses, apiVersion: networking.k8s.io/v1, kind: Ingress}
+    - {name: cms, resource: {group: "", version: v1, resource: configmaps}, namespaces: [` + shop + `, ` + staging + `]}
+    - {name: pdbs, resource: {group: policy, version: v1, resource: poddisruptionbudgets}, namespaces: [` + shop + `]}
+    - {name: csrs, resource: {group: certificates.k8s.io, version: v1, resource: certificatesigningrequests}}
+    - {name: flows, apiVersion: flowcontrol.apiserver.k8s.io/v1, kind: FlowSchema}
+rbac:
+  resources: {ingresses: ingresses, flows: flowschemas}
+replicas: 2
+image:
+  repository: registry.example.com:5000/platform/relayd
+  digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+natsSecret: {name: relayd.nats-1, mountPath: /etc/relayd-nats/}
+`
+	if out, err := helm(t, []string{"lint", "--strict", chartDir}, values); err != nil {
+		t.Fatalf("helm lint: %v\n%s", err, out)
+	}
+	objs := renderChart(t, release, ns, values)
+	var got []string
+	for _, p := range permissions(t, objs) {
+		got = append(got, fmt.Sprintf("%s %s: %s", p.roleKind, p.namespace, p))
+	}
+	leases := "relayd-edge-ingresses,relayd-edge-cms,relayd-edge-pdbs,relayd-edge-csrs,relayd-edge-flows" // in the sources' order
+	want := []string{
+		"ClusterRole : list certificatesigningrequests.certificates.k8s.io (ClusterRole relayd-edge)",
+		"ClusterRole : list flowschemas.flowcontrol.apiserver.k8s.io (ClusterRole relayd-edge)",
+		"ClusterRole : list ingresses.networking.k8s.io (ClusterRole relayd-edge)",
+		"ClusterRole : watch certificatesigningrequests.certificates.k8s.io (ClusterRole relayd-edge)",
+		"ClusterRole : watch flowschemas.flowcontrol.apiserver.k8s.io (ClusterRole relayd-edge)",
+		"ClusterRole : watch ingresses.networking.k8s.io (ClusterRole relayd-edge)",
+		"Role " + ns + ": get configmaps relayd.positions-1 (Role relayd-edge-checkpoint)",
+		"Role " + ns + ": get leases.coordination.k8s.io " + leases + " (Role relayd-edge-leases)",
+		"Role " + shop + ": list configmaps (Role relayd-edge-watch)",
+		"Role " + shop + ": list poddisruptionbudgets.policy (Role relayd-edge-watch)",
+		"Role " + staging + ": list configmaps (Role relayd-edge-watch)",
+		"Role " + ns + ": update configmaps relayd.positions-1 (Role relayd-edge-checkpoint)",
+		"Role " + ns + ": update leases.coordination.k8s.io " + leases + " (Role relayd-edge-leases)",
+		"Role " + shop + ": watch configmaps (Role relayd-edge-watch)",
+		"Role " + shop + ": watch poddisruptionbudgets.policy (Role relayd-edge-watch)",
+		"Role " + staging + ": watch configmaps (Role relayd-edge-watch)",
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("the chart grants\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	d := typed[appsv1.Deployment](t, find(t, objs, "Deployment", release))
+	if img := d.Spec.Template.Spec.Containers[0].Image; img != "registry.example.com:5000/platform/relayd@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" {
+		t.Errorf("image %q, want the repository by digest", img)
+	}
+
+	c := newCluster(t, env)
+	for _, o := range objs {
+		if o.GetNamespace() != "" {
+			c.ensureNamespace(t, o.GetNamespace())
+		}
+	}
+	for _, o := range objs {
+		c.apply(t, o)
+	}
+	as := tokenClient(t, env, c.serviceAccountToken(t, ns, release))
+	for _, p := range permissions(t, objs) {
+		waitAccess(t, as, p, true)
+	}
+	for _, p := range []permission{
+		{verb: "list", resource: "secrets", namespace: shop},
+		{verb: "watch", resource: "secrets"},
+		{verb: "list", resource: "configmaps"},
+		{verb: "list", resource: "configmaps", namespace: ns},
+		{verb: "list", group: "policy", resource: "poddisruptionbudgets", namespace: staging},
+		{verb: "get", resource: "configmaps", namespace: ns, resourceNames: []string{"kube-root-ca.crt"}},
+		{verb: "create", group: "networking.k8s.io", resource: "ingresses", namespace: shop},
+		{verb: "list", group: "networking.k8s.io", resource: "networkpolicies"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: ns, resourceNames: []string{"kube-scheduler"}},
+	} {
+		waitAccess(t, as, p, false)
+	}
+}
+
 // TestHelmChartSharding: with config.sharding.enabled the chart pre-creates
 // one Lease per source (<leasePrefix>-<source>) in the checkpoint's
 // namespace and grants get and update on exactly those, no more, rolls 3

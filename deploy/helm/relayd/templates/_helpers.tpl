@@ -1,15 +1,15 @@
 {{/* Common labels. */}}
 {{- define "relayd.labels" -}}
 app.kubernetes.io/name: relayd
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- end -}}
 
 {{/* Pod selector. */}}
 {{- define "relayd.selector" -}}
 app.kubernetes.io/name: relayd
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: relay
 {{- end -}}
 
@@ -28,15 +28,61 @@ app.kubernetes.io/component: relay
 {{- end -}}
 
 {{/*
+The patterns of values.schema.json's definitions, for the chart's own
+checks of what it renders into RBAC: they hold also when the schema is
+skipped (helm --skip-schema-validation). Go regexp: "$" is the end of the
+text, so a trailing newline does not match.
+*/}}
+{{- define "relayd.dnsLabel" -}}^[a-z0-9]([-a-z0-9]*[a-z0-9])?${{- end -}}
+{{- define "relayd.dnsSubdomain" -}}^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*${{- end -}}
+{{- define "relayd.apiVersion" -}}^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?${{- end -}}
+
+{{/*
+relayd.mustMatch (list key value pattern what): fails naming the key
+unless value is a string matching pattern. Every value the RBAC templates
+render goes through it: a comma list, "*", a quote, a newline or YAML
+would grant more than the sources need.
+*/}}
+{{- define "relayd.mustMatch" -}}
+{{- $key := index . 0 -}}{{- $v := index . 1 -}}{{- $re := index . 2 -}}{{- $what := index . 3 -}}
+{{- if not (and (kindIs "string" $v) (regexMatch $re $v)) -}}
+{{- fail (printf "%s %s is not %s: the chart renders it into RBAC and refuses anything else (no \"*\", lists, quotes or newlines)" $key (toJson $v) $what) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+relayd.rbacChecks: the names the RBAC templates render besides the
+sources' (relayd.watchGrants checks those): the release's namespace, the
+checkpoint ConfigMap's name and namespace, with sharding each Lease's name.
+*/}}
+{{- define "relayd.rbacChecks" -}}
+{{- $label := include "relayd.dnsLabel" . -}}
+{{- $subdomain := include "relayd.dnsSubdomain" . -}}
+{{- include "relayd.mustMatch" (list "the release's namespace" .Release.Namespace $label "a namespace (a DNS label)") -}}
+{{- include "relayd.mustMatch" (list "config.checkpoint.namespace" (include "relayd.checkpointNamespace" .) $label "a namespace (a DNS label)") -}}
+{{- include "relayd.mustMatch" (list "config.checkpoint.name" (include "relayd.checkpointName" .) $subdomain "a ConfigMap name (a DNS subdomain)") -}}
+{{- if include "relayd.sharding" . -}}
+{{- include "relayd.mustMatch" (list "config.sharding.leasePrefix" (.Values.config.sharding.leasePrefix | default "relayd") $label "a Lease name prefix (a DNS label)") -}}
+{{- end -}}
+{{- range $i, $src := .Values.config.sources -}}
+{{- include "relayd.mustMatch" (list (printf "config.sources[%d].name" $i) $src.name $label "a source name (a DNS label)") -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 relayd.watchGrants: where relayd needs list and watch, as JSON
 {"cluster": ["<group>/<resource>", ...], "namespaces": {"<ns>": [...]}}.
 A source without `namespaces:` (all namespaces, or a cluster-scoped kind)
 needs them cluster-wide (the ClusterRole); a source with `namespaces:`
 watches each of them on its own, and needs them only there (a Role in each).
 A source named by `resource:` gives its group and plural resource; one named
-by apiVersion + kind needs rbac.resources.<source name>.
+by apiVersion + kind needs rbac.resources.<source name>. Each group,
+resource and namespace is checked (relayd.mustMatch) before it is used.
 */}}
 {{- define "relayd.watchGrants" -}}
+{{- include "relayd.rbacChecks" . -}}
+{{- $label := include "relayd.dnsLabel" . -}}
+{{- $subdomain := include "relayd.dnsSubdomain" . -}}
 {{- $rbacResources := (.Values.rbac | default dict).resources | default dict -}}
 {{- $sources := dict -}}
 {{- range .Values.config.sources -}}
@@ -52,7 +98,8 @@ by apiVersion + kind needs rbac.resources.<source name>.
 {{- end -}}
 {{- $cluster := list -}}
 {{- $namespaced := dict -}}
-{{- range .Values.config.sources -}}
+{{- range $i, $src := .Values.config.sources -}}
+{{- $at := printf "config.sources[%d]" $i -}}
 {{- $group := "" -}}{{- $resource := "" -}}
 {{- if and .resource (or .apiVersion .kind) -}}
 {{- fail (printf "source %q: name it either by resource: or by apiVersion + kind, not both" .name) -}}
@@ -60,18 +107,25 @@ by apiVersion + kind needs rbac.resources.<source name>.
 {{- fail (printf "source %q: name its resource, by resource: {group, version, resource} or by apiVersion + kind" .name) -}}
 {{- else if .resource -}}
 {{- $group = .resource.group | default "" -}}{{- $resource = .resource.resource -}}
+{{- if $group -}}
+{{- include "relayd.mustMatch" (list (printf "%s.resource.group" $at) $group $subdomain "an API group (a DNS subdomain; \"\" for the core group)") -}}
+{{- end -}}
+{{- include "relayd.mustMatch" (list (printf "%s.resource.resource" $at) $resource $label "a plural resource name (a DNS label, as kubectl api-resources lists it)") -}}
 {{- else -}}
-{{- $parts := splitList "/" (.apiVersion | default "") -}}
+{{- include "relayd.mustMatch" (list (printf "%s.apiVersion" $at) .apiVersion (include "relayd.apiVersion" $) "an apiVersion (<group>/<version>, or <version> for the core group)") -}}
+{{- $parts := splitList "/" .apiVersion -}}
 {{- if eq (len $parts) 2 }}{{ $group = index $parts 0 }}{{ end -}}
 {{- $resource = get $rbacResources .name -}}
 {{- if not $resource -}}
 {{- fail (printf "source %q: give rbac.resources.%s (the plural resource name of kind %s in %s, as `kubectl api-resources` lists it) for a source named by apiVersion and kind, so that the chart can grant list and watch on it" .name .name (.kind | default "?") (.apiVersion | default "?")) -}}
 {{- end -}}
+{{- include "relayd.mustMatch" (list (printf "rbac.resources.%s" .name) $resource $label "a plural resource name (a DNS label, as kubectl api-resources lists it)") -}}
 {{- end -}}
 {{- $gr := printf "%s/%s" $group $resource -}}
 {{- if .namespaces -}}
-{{- range .namespaces -}}
-{{- $_ := set $namespaced . (append (get $namespaced . | default list) $gr | uniq) -}}
+{{- range $j, $ns := .namespaces -}}
+{{- include "relayd.mustMatch" (list (printf "%s.namespaces[%d]" $at $j) $ns $label "a namespace (a DNS label)") -}}
+{{- $_ := set $namespaced $ns (append (get $namespaced $ns | default list) $gr | uniq) -}}
 {{- end -}}
 {{- else -}}
 {{- $cluster = append $cluster $gr | uniq -}}
@@ -80,12 +134,12 @@ by apiVersion + kind needs rbac.resources.<source name>.
 {{- dict "cluster" $cluster "namespaces" $namespaced | toJson -}}
 {{- end -}}
 
-{{/* relayd.watchRules: list+watch rules of a list of "<group>/<resource>". */}}
+{{/* relayd.watchRules: list+watch rules of a list of "<group>/<resource>", every value quoted. */}}
 {{- define "relayd.watchRules" -}}
 {{- range . }}
 {{- $gr := splitList "/" . }}
 - apiGroups: [{{ index $gr 0 | quote }}]
-  resources: [{{ index $gr 1 }}]
+  resources: [{{ index $gr 1 | quote }}]
   verbs: [list, watch]
 {{- end }}
 {{- end -}}
