@@ -63,6 +63,12 @@ func TestCheck(t *testing.T) {
 			if k, err := Check("k8s", cluster, m.Subject, msgID(m), decode(m)); err != nil || k != objectEvent {
 				t.Errorf("binary=%v: %s: %v, %v; want an object event", binary, m.Subject, k, err)
 			}
+			// As a relayd from before the cluster was in the Nats-Msg-Id
+			// wrote it (and a replay after an upgrade still does).
+			e.UseLegacyMsgID(&m)
+			if k, err := Check("k8s", cluster, m.Subject, msgID(m), decode(m)); err != nil || k != objectEvent {
+				t.Errorf("binary=%v: %s with Nats-Msg-Id %s: %v, %v; want an object event", binary, m.Subject, msgID(m), k, err)
+			}
 		}
 		for _, completed := range []bool{false, true} {
 			m := e.Control(event.SyncEvent{Completed: completed, Namespace: "shop", Epoch: 1, Reason: "initial"})
@@ -99,6 +105,7 @@ func TestCheck(t *testing.T) {
 		{name: "an object event without a uid", edit: func(env *event.Envelope) { env.K8sUID, env.ID = "", "/10" }},
 		{name: "an id that is not uid/resourceVersion", edit: func(env *event.Envelope) { env.ID = "u1/9" }},
 		{name: "a Nats-Msg-Id of another source", msgID: "secrets/u1/10"},
+		{name: "a Nats-Msg-Id of another cluster", msgID: "k8s.dev/cms/u1/10"},
 		{name: "a subject that is no object subject", subject: "k8s.prod.core.v1.configmaps.shop"},
 		{name: "a subject of another prefix", subject: strings.Replace(good.Subject, "k8s.", "acme.", 1)},
 		{name: "a marker on an object subject", subject: good.Subject, edit: func(env *event.Envelope) { *env = *decode(marker) }},

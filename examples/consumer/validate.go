@@ -49,8 +49,11 @@ func Check(prefix, cluster, subject, msgID string, env *event.Envelope) (kind, e
 	if want := "/relayd/" + cluster + "/" + env.RelaydSource; env.Source != want {
 		return 0, unusable("source %q, want %q (k8scluster and relaydsource)", env.Source, want)
 	}
-	if msgID != "" && msgID != env.RelaydSource+"/"+env.ID {
-		return 0, unusable("Nats-Msg-Id %q is not relaydsource/id %q", msgID, env.RelaydSource+"/"+env.ID)
+	// relayd's Nats-Msg-Id is <prefix>.<cluster>/<source>/<id>; relayd
+	// versions before it named the cluster wrote <source>/<id>, and a
+	// replay after an upgrade still may (docs/CONSUMING.md).
+	if own := prefix + "." + cluster + "/" + env.RelaydSource + "/" + env.ID; msgID != "" && msgID != own && msgID != env.RelaydSource+"/"+env.ID {
+		return 0, unusable("Nats-Msg-Id %q is not %q", msgID, own)
 	}
 	rest, ok := strings.CutPrefix(env.Type, prefix+".")
 	if !ok {
