@@ -13,12 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
+	"github.com/relayd/relayd/pkg/relay"
 )
 
 // rotatedAt is the annotation the fingerprint test's sources ignore.
@@ -263,5 +267,37 @@ func (r *fpRig) checkKeyed(source, resource string, obj metav1.Object, k *event.
 	}
 	if bytes.Contains(e.raw, []byte(data)) {
 		r.t.Errorf("entry %s holds the data", e.raw)
+	}
+}
+
+// A key file that is missing or too short stops relayd at start with an
+// error naming the setting and the file.
+func TestBadFingerprintKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("tiny\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	for path, want := range map[string]string{
+		missing: "nats.index.fingerprintKeyFile: open " + missing + ": no such file or directory",
+		short:   "nats.index.fingerprintKeyFile " + short + ": the key is 4 bytes (surrounding whitespace trimmed); it must be at least 16, e.g. the output of `openssl rand -hex 32`",
+	} {
+		cfg, err := config.Parse([]byte(`
+cluster: c
+nats:
+  url: `+natsSrv.URL()+`
+  stream: {name: S}
+  index: {fingerprintKeyFile: `+path+`}
+sources:
+  - {name: cms, apiVersion: v1, kind: ConfigMap}
+`), "test.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = relay.Run(t.Context(), relay.Options{Config: cfg, RestConfig: env.AdminConfig(), Logger: zaptest.NewLogger(t), Registry: prometheus.NewRegistry()})
+		if err == nil || err.Error() != want {
+			t.Errorf("Run with key file %s: %v, want %s", path, err, want)
+		}
 	}
 }
