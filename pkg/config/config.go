@@ -128,6 +128,13 @@ type Index struct {
 	Replicas int `yaml:"replicas"`
 	// Storage of a bucket relayd creates.
 	Storage Storage `yaml:"storage"`
+	// FingerprintKeyFile is the path of a file (a mounted Secret) holding
+	// the key of the fingerprints of ignoreChanges: set, every fingerprint
+	// is an HMAC-SHA256 under that key (event.FingerprintKey), so that
+	// whoever reads the bucket cannot test guesses of the fields the
+	// payload leaves out. Required when a source of Secrets has
+	// ignoreChanges. Read once, at start.
+	FingerprintKeyFile string `yaml:"fingerprintKeyFile"`
 }
 
 // CreateBucket returns Create, or true when it is unset.
@@ -264,14 +271,19 @@ type Source struct {
 	// whole object as last applied, a Secret's data included) in full and
 	// metadata payloads; it is removed by default.
 	KeepLastAppliedConfiguration bool `yaml:"keepLastAppliedConfiguration"`
-	// AllowSecretData allows payload full for a source of Secrets, whose
-	// payload would carry the Secret's data.
+	// AllowSecretData allows, for a source of Secrets, what would publish or
+	// fingerprint the Secret's data: payload full,
+	// KeepLastAppliedConfiguration and IgnoreChanges.
 	AllowSecretData bool `yaml:"allowSecretData"`
 	// Drop lists field paths (pkg/event path syntax, e.g.
 	// "spec.template.spec.containers[*].env") removed from every payload.
+	// They stay in the fingerprint (a change in them is a change).
 	Drop []string `yaml:"drop"`
 	// IgnoreChanges lists field paths whose changes do not count as a
-	// change of the object (left out of event.Object.Fingerprint).
+	// change of the object (left out of event.Object.Fingerprint). The
+	// fingerprint covers everything else, including what the payload
+	// leaves out, and is stored in the index bucket (see
+	// Index.FingerprintKeyFile).
 	IgnoreChanges []string `yaml:"ignoreChanges"`
 	// Initial selects what happens when there is no checkpoint.
 	Initial Initial `yaml:"initial"`

@@ -85,6 +85,15 @@ bad-drop.yaml:25: sources[1].ignoreChanges[0]: empty member name at offset 0`,
 		"bad-secret-payload.yaml": `bad-secret-payload.yaml:7: sources[0].payload: full publishes the Secret's data; use metadata or reference, or set sources[0].allowSecretData: true
 bad-secret-payload.yaml:12: sources[1].payload: full publishes the Secret's data; use metadata or reference, or set sources[1].allowSecretData: true`,
 
+		"bad-secret-last-applied.yaml": `bad-secret-last-applied.yaml:11: sources[0].keepLastAppliedConfiguration: true publishes the Secret's data (the annotation holds the whole Secret as last applied); leave it false, or set sources[0].allowSecretData: true
+bad-secret-last-applied.yaml:15: sources[1].keepLastAppliedConfiguration: true publishes the Secret's data (the annotation holds the whole Secret as last applied); leave it false, or set sources[1].allowSecretData: true`,
+
+		"bad-secret-ignore-changes.yaml": `bad-secret-ignore-changes.yaml:6: nats.index.fingerprintKeyFile: required with sources[0].ignoreChanges on Secrets (source "secrets"): the index bucket stores a fingerprint of every Secret, data included, which must be keyed
+bad-secret-ignore-changes.yaml:6: nats.index.fingerprintKeyFile: required with sources[1].ignoreChanges on Secrets (source "secrets-by-resource"): the index bucket stores a fingerprint of every Secret, data included, which must be keyed
+bad-secret-ignore-changes.yaml:13: sources[0].ignoreChanges: fingerprints the Secret's data (relayd reads whole Secrets and stores a hash of each in the index bucket); remove it, or set sources[0].allowSecretData: true`,
+
+		"good-secret-fingerprint.yaml": "",
+
 		"bad-initial.yaml": `bad-initial.yaml:10: sources[0].initial: "all" is not a valid initial mode (must be snapshot or none)`,
 
 		"bad-mode.yaml": `bad-mode.yaml:7: cloudevents.mode: "json" is not a valid mode (must be structured or binary)`,
@@ -355,7 +364,9 @@ func TestValidateSecretAndPathsInGo(t *testing.T) {
 			{Name: "s", APIVersion: "v1", Kind: "Secret", Drop: []string{"data", "spec[1]"}, IgnoreChanges: []string{"a", "a"}},
 		},
 	}
-	want := `sources[0].payload: full publishes the Secret's data; use metadata or reference, or set sources[0].allowSecretData: true
+	want := `nats.index.fingerprintKeyFile: required with sources[0].ignoreChanges on Secrets (source "s"): the index bucket stores a fingerprint of every Secret, data included, which must be keyed
+sources[0].payload: full publishes the Secret's data; use metadata or reference, or set sources[0].allowSecretData: true
+sources[0].ignoreChanges: fingerprints the Secret's data (relayd reads whole Secrets and stores a hash of each in the index bucket); remove it, or set sources[0].allowSecretData: true
 sources[0].drop[1]: [N] indexes are not supported (use [*]) at offset 4
 sources[0].ignoreChanges[1]: duplicate path "a" (first at sources[0].ignoreChanges[0])`
 	if err := c.Validate(); err == nil || err.Error() != want {
@@ -364,6 +375,27 @@ sources[0].ignoreChanges[1]: duplicate path "a" (first at sources[0].ignoreChang
 	c.Sources[0] = Source{Name: "s", APIVersion: "v1", Kind: "Secret", Payload: PayloadMetadata, Drop: []string{"metadata.labels"}}
 	if err := c.Validate(); err != nil {
 		t.Errorf("metadata payload of Secrets: %v", err)
+	}
+	// By resource, keeping the last-applied annotation and fingerprinting.
+	c.Sources[0] = Source{Name: "s", Resource: &Resource{Version: "v1", Resource: "secrets"}, Payload: PayloadReference,
+		KeepLastAppliedConfiguration: true, IgnoreChanges: []string{"metadata.labels"}}
+	want = `nats.index.fingerprintKeyFile: required with sources[0].ignoreChanges on Secrets (source "s"): the index bucket stores a fingerprint of every Secret, data included, which must be keyed
+sources[0].keepLastAppliedConfiguration: true publishes the Secret's data (the annotation holds the whole Secret as last applied); leave it false, or set sources[0].allowSecretData: true
+sources[0].ignoreChanges: fingerprints the Secret's data (relayd reads whole Secrets and stores a hash of each in the index bucket); remove it, or set sources[0].allowSecretData: true`
+	if err := c.Validate(); err == nil || err.Error() != want {
+		t.Errorf("Validate:\n%v\nwant\n%s", err, want)
+	}
+	c.Sources[0].AllowSecretData = true
+	c.NATS.Index.FingerprintKeyFile = "/etc/relayd-fingerprint/key"
+	if err := c.Validate(); err != nil {
+		t.Errorf("Secrets with allowSecretData and a fingerprint key: %v", err)
+	}
+	// Not Secrets: neither allowSecretData nor a key is needed.
+	c.NATS.Index.FingerprintKeyFile = ""
+	c.Sources[0] = Source{Name: "s", Resource: &Resource{Group: "example.com", Version: "v1", Resource: "secrets"},
+		KeepLastAppliedConfiguration: true, IgnoreChanges: []string{"metadata.labels"}}
+	if err := c.Validate(); err != nil {
+		t.Errorf("example.com secrets: %v", err)
 	}
 }
 

@@ -93,6 +93,19 @@
 //     unready.
 //   - index.replicas (default 1, 1..5) and index.storage (default file: file
 //     or memory): of a bucket relayd creates.
+//   - index.fingerprintKeyFile (default none): the path of a file (a mounted
+//     Secret) holding the key of the fingerprints of ignoreChanges (at
+//     least 16 bytes once surrounding whitespace is trimmed, e.g. the output
+//     of `openssl rand -hex 32`). A fingerprint hashes the whole object but
+//     the ignored paths, including what the payload leaves out, and is
+//     stored in the bucket: without a key it is an xxhash64 that whoever
+//     reads the bucket can recompute to test guesses of those fields; with
+//     one it is an HMAC-SHA256 under the key (truncated to 64 bits).
+//     Required when a source of Secrets has ignoreChanges. Read once, at
+//     start; the key's identifier (not the key) is stored with each
+//     fingerprint, and a fingerprint made under another key (or none) is
+//     removed at start, so a new key costs at most one extra modified
+//     event per object.
 //
 // cloudevents:
 //
@@ -183,10 +196,15 @@
 //     last applied with kubectl (a Secret's data, a ConfigMap's contents).
 //     By default it is removed from full and metadata payloads; an object
 //     left with no annotation shows "annotations":{}.
-//   - allowSecretData (default false): allow payload full for a source of
-//     Secrets (apiVersion v1 + kind Secret, or resource {group: "",
-//     resource: secrets}). Without it that combination is an error naming
-//     sources[i].payload, since the events would carry the Secrets' data.
+//   - allowSecretData (default false): allow, for a source of Secrets
+//     (apiVersion v1 + kind Secret, or resource {group: "", resource:
+//     secrets}), what publishes or fingerprints their data: payload full,
+//     keepLastAppliedConfiguration (the annotation holds the whole Secret)
+//     and ignoreChanges (relayd then reads whole Secrets and stores a
+//     fingerprint of each, data included, in the index bucket). Without it
+//     each is an error naming its key (sources[i].payload,
+//     sources[i].keepLastAppliedConfiguration, sources[i].ignoreChanges).
+//     ignoreChanges on Secrets also needs nats.index.fingerprintKeyFile.
 //   - drop (default none): field paths removed from every payload (full and
 //     metadata), e.g. "spec.template.spec.containers[*].env" or
 //     'metadata.annotations["example.com/token"]'. The syntax (package
@@ -200,7 +218,8 @@
 //     identify the object); so are paths ending in [*] and duplicates. The
 //     paths that removed something from an event are listed in its
 //     relayddropped extension. A change in a dropped field still counts as a
-//     change (list it in ignoreChanges too to suppress it).
+//     change (list it in ignoreChanges too to suppress it): dropped fields
+//     are fingerprinted (see index.fingerprintKeyFile).
 //   - ignoreChanges (default none): field paths, same syntax, whose changes
 //     do not count as a change of the object: they are left out of the
 //     object's fingerprint (as are metadata.resourceVersion,
@@ -209,7 +228,8 @@
 //     relayd_events_suppressed_total and moves the checkpoint on; added and
 //     deleted are never suppressed). The fingerprint of the last published
 //     version is kept in the object index and its bucket, so restarts and
-//     relists after a 410 use it too. A metadata or reference source with
+//     relists after a 410 use it too (keyed with nats.index.fingerprintKeyFile,
+//     required for Secrets). A metadata or reference source with
 //     ignoreChanges reads whole objects (not PartialObjectMetadata): a
 //     change outside the ignored paths, its data included, is still
 //     published. Fine with any eventTypes.

@@ -140,6 +140,7 @@ func (v *validator) config(c *Config) {
 		v.add("prefix", "%q is not a valid prefix (must be dot-separated tokens of letters, digits, '_' and '-')", c.Prefix)
 	}
 	v.nats(&c.NATS)
+	v.fingerprintKey(c)
 	if m := c.CloudEvents.Mode; m != ModeStructured && m != ModeBinary {
 		v.add("cloudevents.mode", "%q is not a valid mode (must be structured or binary)", m)
 	}
@@ -521,12 +522,35 @@ func (v *validator) eventTypes(p string, types []EventType) {
 }
 
 // payload checks the payload mode of source p, and that a Secret source
-// publishes its data only when allowSecretData says so.
+// publishes or fingerprints its data only when allowSecretData says so:
+// payload full; the last-applied annotation, which holds the whole Secret
+// as applied; ignoreChanges, whose fingerprint hashes the whole Secret and
+// is stored in the index bucket.
 func (v *validator) payload(p string, s *Source) {
 	if pl := s.Payload; pl != PayloadFull && pl != PayloadMetadata && pl != PayloadReference {
 		v.add(p+".payload", "%q is not a valid payload (must be full, metadata or reference)", pl)
 	} else if pl == PayloadFull && s.IsSecret() && !s.AllowSecretData {
 		v.add(p+".payload", "full publishes the Secret's data; use metadata or reference, or set %s.allowSecretData: true", p)
+	}
+	if s.KeepLastAppliedConfiguration && s.IsSecret() && !s.AllowSecretData {
+		v.add(p+".keepLastAppliedConfiguration", "true publishes the Secret's data (the annotation holds the whole Secret as last applied); leave it false, or set %s.allowSecretData: true", p)
+	}
+	if len(s.IgnoreChanges) > 0 && s.IsSecret() && !s.AllowSecretData {
+		v.add(p+".ignoreChanges", "fingerprints the Secret's data (relayd reads whole Secrets and stores a hash of each in the index bucket); remove it, or set %s.allowSecretData: true", p)
+	}
+}
+
+// fingerprintKey checks that the fingerprints of Secrets are keyed: a
+// source of Secrets with ignoreChanges needs nats.index.fingerprintKeyFile
+// (one problem per such source).
+func (v *validator) fingerprintKey(c *Config) {
+	if c.NATS.Index.FingerprintKeyFile != "" {
+		return
+	}
+	for i := range c.Sources {
+		if s := &c.Sources[i]; s.IsSecret() && len(s.IgnoreChanges) > 0 {
+			v.add("nats.index.fingerprintKeyFile", "required with sources[%d].ignoreChanges on Secrets (source %q): the index bucket stores a fingerprint of every Secret, data included, which must be keyed", i, s.Name)
+		}
 	}
 }
 

@@ -325,6 +325,19 @@ func BenchmarkShaping(b *testing.B) {
 			_ = o.Fingerprint(s)
 		}
 	})
+	keyed := NewFingerprinter(mustKey("0123456789abcdef0123456789abcdef"))
+	b.Run("shaped+fingerprint-keyed", func(b *testing.B) {
+		b.SetBytes(int64(len(frame)))
+		b.ReportAllocs()
+		for b.Loop() {
+			_, o, err := ParseWatchEventShaped(frame, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dst, _ = o.AppendShaped(dst[:0], PayloadFull, s)
+			_ = keyed.Fingerprint(&o)
+		}
+	})
 	_, o, err := ParseWatchEventShaped(frame, s)
 	if err != nil {
 		b.Fatal(err)
@@ -341,6 +354,13 @@ func BenchmarkShaping(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			_ = o.Fingerprint(s)
+		}
+	})
+	b.Run("fingerprint-keyed", func(b *testing.B) {
+		b.SetBytes(int64(len(o.Raw)))
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = keyed.Fingerprint(&o)
 		}
 	})
 	b.Run("parse-path", func(b *testing.B) {

@@ -83,7 +83,12 @@
 // metadata.{resourceVersion,generation,managedFields}. It relies on the
 // apiserver writing an unchanged object with the same bytes (member order
 // and formatting are deterministic for a given object), so equal
-// fingerprints mean "nothing changed outside the ignored paths".
+// fingerprints mean "nothing changed outside the ignored paths". Drop
+// paths and the last-applied annotation are not left out: the fingerprint
+// covers what the payload does not carry. A [Fingerprinter] with a
+// [FingerprintKey] hashes the same bytes with HMAC-SHA256 under the key
+// instead, so that a stored fingerprint cannot be used to test guesses of
+// those members (docs/GUARANTEES.md, "Fingerprints").
 //
 // # Subjects
 //

@@ -423,6 +423,9 @@ func checkFingerprint(tb testing.TB, raw []byte, o *Object, s *Shaping) {
 	if o.Fingerprint(s) != xxhash.Sum64(b) {
 		tb.Fatal("Fingerprint is not the xxhash of the kept bytes")
 	}
+	if NewFingerprinter(testKey).Fingerprint(o) != hmac64("0123456789abcdef0123456789abcdef", b) {
+		tb.Fatal("the keyed Fingerprint is not the HMAC-SHA256 of the kept bytes")
+	}
 	want := decodeJSON(tb, raw).(map[string]any)
 	for _, p := range s.Options().IgnoreChanges {
 		deleteTree(want, MustParsePathTest(tb, p).segs)

@@ -311,7 +311,9 @@ func (o *Object) AppendShaped(dst []byte, mode PayloadMode, s *Shaping) ([]byte,
 // The Drop paths are not left out: a change in a dropped field is a change
 // (list it in IgnoreChanges as well to suppress it), and neither is the
 // last-applied annotation. The value is stable across processes and relayd
-// versions for the same bytes and paths (xxhash64, seed 0). The spans are
+// versions for the same bytes and paths (xxhash64, seed 0): anyone can
+// recompute it, so it can confirm a guess of a member the payload leaves
+// out; Fingerprinter with a FingerprintKey makes the keyed form. The spans are
 // those recorded by the parse: s must be the Shaping o was parsed with, as
 // for AppendShaped. An Object without byte spans has fingerprint 0.
 func (o *Object) Fingerprint(s *Shaping) uint64 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ import (
 //   - keys.txt: the key of an object under a namespaced and a cluster-scoped
 //     watch, of a uid that is not a key token (hashed), and the epoch key;
 //   - value-v1*.json and epoch.txt: values as this version writes them
-//     (format version 1: "v":1 last; the fingerprint when known);
+//     (format version 1: "v":1 last; the fingerprint when known, and the
+//     ID of its key when keyed: value-v1-keyed.json);
 //   - value-v0-*.json: values as older relayds wrote them, frozen: without
 //     "v" and without (before the fingerprint existed) or with a
 //     fingerprint. -update never rewrites these.
@@ -32,7 +34,9 @@ import (
 // value-v1 and epoch.txt bytes, and, through a real JetStream bucket, that
 // Load and Epoch read every file, and that a value of a newer format
 // version is reported as corrupt, naming its key and version, instead of
-// being read. Regenerate the current files after an intended change with
+// being read. A fingerprint is read as stored by a bucket whose
+// FingerprintKeyID is the one it was written with, and as unknown (0,
+// listed in Loaded.OtherKey) by any other. Regenerate the current files after an intended change with
 //
 //	go test ./pkg/index -run TestIndexGoldenFiles -update
 //
@@ -46,21 +50,27 @@ type goldenValue struct {
 	prefix  string
 	obj     Object // what Load reads
 	current bool   // written by this version (PutMsg must produce it)
+	keyID   string // the fingerprint's key ID (BucketOptions.FingerprintKeyID); "" unkeyed
 }
 
 var (
-	goldenPods  = Prefix("pods", "shop")
-	goldenNodes = Prefix("nodes", "")
+	goldenPods    = Prefix("pods", "shop")
+	goldenNodes   = Prefix("nodes", "")
+	goldenSecrets = Prefix("secrets", "shop")
 )
 
+// goldenKeyID is a fingerprint key ID (event.FingerprintKey.ID).
+const goldenKeyID = "dcd201a6c8c10f67"
+
 var goldenValues = []goldenValue{
-	{"value-v1.json", goldenPods, Object{UID: "6f2c1d3e-9a4b-4c5d-8e7f-0a1b2c3d4e5f", Namespace: "shop", Name: "web-7d9f8-abcde", ResourceVersion: "48213", Fingerprint: 0x00c0ffee12345678}, true},
-	{"value-v1-no-fingerprint.json", goldenPods, Object{UID: "7a3d2e4f-0b5c-4d6e-9f80-1b2c3d4e5f60", Namespace: "shop", Name: "web-7d9f8-fghij", ResourceVersion: "48214"}, true},
-	{"value-v1-cluster-scoped.json", goldenNodes, Object{UID: "d41d8cd9-8f00-4b20-9e98-00998ecf8427", Name: "worker-1.eu.example", ResourceVersion: "777", Fingerprint: 0xfedcba9876543210}, true},
+	{"value-v1.json", goldenPods, Object{UID: "6f2c1d3e-9a4b-4c5d-8e7f-0a1b2c3d4e5f", Namespace: "shop", Name: "web-7d9f8-abcde", ResourceVersion: "48213", Fingerprint: 0x00c0ffee12345678}, true, ""},
+	{"value-v1-no-fingerprint.json", goldenPods, Object{UID: "7a3d2e4f-0b5c-4d6e-9f80-1b2c3d4e5f60", Namespace: "shop", Name: "web-7d9f8-fghij", ResourceVersion: "48214"}, true, ""},
+	{"value-v1-cluster-scoped.json", goldenNodes, Object{UID: "d41d8cd9-8f00-4b20-9e98-00998ecf8427", Name: "worker-1.eu.example", ResourceVersion: "777", Fingerprint: 0xfedcba9876543210}, true, ""},
+	{"value-v1-keyed.json", goldenSecrets, Object{UID: "0d1e2f30-4a5b-4c6d-8e9f-a0b1c2d3e4f5", Namespace: "shop", Name: "db-password", ResourceVersion: "48300", Fingerprint: 0x5e1f0a2b3c4d5e6f}, true, goldenKeyID},
 	// Written from the object index's first version until the fingerprint.
-	{"value-v0-before-fingerprint.json", goldenPods, Object{UID: "8b4e3f50-1c6d-4e7f-a091-2c3d4e5f6071", Namespace: "shop", Name: "db-0", ResourceVersion: "39999"}, false},
+	{"value-v0-before-fingerprint.json", goldenPods, Object{UID: "8b4e3f50-1c6d-4e7f-a091-2c3d4e5f6071", Namespace: "shop", Name: "db-0", ResourceVersion: "39999"}, false, ""},
 	// Written from the fingerprint until the format version.
-	{"value-v0-with-fingerprint.json", goldenPods, Object{UID: "9c5f4061-2d7e-4f80-b1a2-3d4e5f607182", Namespace: "shop", Name: "db-1", ResourceVersion: "40000", Fingerprint: 0x0000000000000abc}, false},
+	{"value-v0-with-fingerprint.json", goldenPods, Object{UID: "9c5f4061-2d7e-4f80-b1a2-3d4e5f607182", Namespace: "shop", Name: "db-1", ResourceVersion: "40000", Fingerprint: 0x0000000000000abc}, false, ""},
 }
 
 const goldenEpoch = 8
@@ -104,6 +114,12 @@ func TestIndexGoldenFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The same bucket, by a relayd with a fingerprint key.
+	bk, err := Open(ctx, js, BucketOptions{Name: "golden", FingerprintKeyID: goldenKeyID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := map[string]*Bucket{"": b, goldenKeyID: bk}
 
 	// The current code writes the golden bytes.
 	checkGolden(t, "keys.txt", goldenKeys())
@@ -111,7 +127,7 @@ func TestIndexGoldenFiles(t *testing.T) {
 		if !g.current {
 			continue
 		}
-		m := b.PutMsg(g.prefix, g.obj)
+		m := views[g.keyID].PutMsg(g.prefix, g.obj)
 		if want := "$KV.golden." + Key(g.prefix, g.obj.UID); m.Subject != want {
 			t.Errorf("%s: PutMsg subject %q, want %q", g.file, m.Subject, want)
 		}
@@ -136,29 +152,19 @@ func TestIndexGoldenFiles(t *testing.T) {
 
 	// The current code reads every golden value, current and older, from
 	// a real bucket: stored byte for byte at the object's key.
-	want := map[string]map[string]Object{}
+	want := map[string][]goldenValue{}
 	for _, g := range goldenValues {
 		if _, err := js.Publish(ctx, "$KV.golden."+Key(g.prefix, g.obj.UID), readGolden(t, g.file)); err != nil {
 			t.Fatal(err)
 		}
-		if want[g.prefix] == nil {
-			want[g.prefix] = map[string]Object{}
-		}
-		want[g.prefix][g.obj.UID] = g.obj
+		want[g.prefix] = append(want[g.prefix], g)
 	}
 	if _, err := js.Publish(ctx, "$KV.golden."+EpochKey(goldenPods), readGolden(t, "epoch.txt")); err != nil {
 		t.Fatal(err)
 	}
-	for prefix, objs := range want {
-		x := New()
-		n, err := b.Load(ctx, prefix, x)
-		if err != nil || n != len(objs) {
-			t.Fatalf("Load(%s) of the golden values: %d, %v; want %d objects", prefix, n, err, len(objs))
-		}
-		for uid, w := range objs {
-			if got, ok := x.Get(uid); !ok || got != w {
-				t.Errorf("Load(%s): uid %s read as %+v (found %v), want %+v", prefix, uid, got, ok, w)
-			}
+	for keyID, view := range views {
+		for prefix, gs := range want {
+			checkGoldenLoad(t, view, keyID, prefix, gs)
 		}
 	}
 	if ep, err := b.Epoch(ctx, goldenPods); ep != goldenEpoch || err != nil {
@@ -177,7 +183,7 @@ func TestIndexGoldenFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := New()
-	n, err := b.Load(ctx, newer, x)
+	n, err := loadN(b.Load(ctx, newer, x))
 	var ce *CorruptError
 	if !errors.As(err, &ce) || n != 1 || len(ce.Keys) != 1 || ce.Keys[0] != Key(newer, "1e2d3c4b-5a69-4788-9a0b-1c2d3e4f5a6b") {
 		t.Fatalf("Load of a newer-format value: %d, %v; want 1 object and a CorruptError naming the key", n, err)
@@ -189,5 +195,33 @@ func TestIndexGoldenFiles(t *testing.T) {
 	}
 	if _, found := x.Get("1e2d3c4b-5a69-4788-9a0b-1c2d3e4f5a6b"); found {
 		t.Error("a newer-format value was loaded")
+	}
+}
+
+// checkGoldenLoad loads the golden values gs under prefix through view, a
+// bucket with FingerprintKeyID keyID: each reads as written, but a
+// fingerprint of another key reads as 0 and its uid is in OtherKey.
+func checkGoldenLoad(t *testing.T, view *Bucket, keyID, prefix string, gs []goldenValue) {
+	t.Helper()
+	x := New()
+	l, err := view.Load(context.Background(), prefix, x)
+	if err != nil || l.Objects != len(gs) {
+		t.Fatalf("Load(%s) of the golden values with key ID %q: %+v, %v; want %d objects", prefix, keyID, l, err, len(gs))
+	}
+	var otherKey []string
+	for _, g := range gs {
+		w := g.obj
+		if w.Fingerprint != 0 && g.keyID != keyID {
+			w.Fingerprint = 0
+			otherKey = append(otherKey, w.UID)
+		}
+		if got, ok := x.Get(w.UID); !ok || got != w {
+			t.Errorf("Load(%s) with key ID %q: uid %s read as %+v (found %v), want %+v", prefix, keyID, w.UID, got, ok, w)
+		}
+	}
+	slices.Sort(otherKey)
+	slices.Sort(l.OtherKey)
+	if !slices.Equal(l.OtherKey, otherKey) {
+		t.Errorf("Load(%s) with key ID %q: OtherKey %q, want %q", prefix, keyID, l.OtherKey, otherKey)
 	}
 }

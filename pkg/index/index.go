@@ -26,10 +26,12 @@ type Object struct {
 	Name            string
 	ResourceVersion string
 	// Fingerprint is a hash of the published version minus the source's
-	// ignoreChanges paths (event.Object.Fingerprint); 0 when the source has
-	// none, or when it is not known (an entry written by an older relayd or
-	// caught up from the stream). Two non-zero equal fingerprints mean the
-	// object did not change in any watched field.
+	// ignoreChanges paths (event.Fingerprinter: keyed with
+	// nats.index.fingerprintKeyFile, else event.Object.Fingerprint); 0 when
+	// the source has none, or when it is not known (an entry written by an
+	// older relayd, caught up from the stream, or stored under another
+	// fingerprint key). Two non-zero equal fingerprints mean the object did
+	// not change in any watched field.
 	Fingerprint uint64
 }
 

@@ -32,12 +32,17 @@ type BucketOptions struct {
 	// MarkerTTL is how long delete markers live in a created bucket; default
 	// DefaultMarkerTTL.
 	MarkerTTL time.Duration
+	// FingerprintKeyID identifies the key of the fingerprints this relayd
+	// computes (event.FingerprintKey.ID); "" when they are unkeyed. PutMsg
+	// stores it with every fingerprint, and Load reads a fingerprint stored
+	// under another ID (or none) as unknown (see Loaded.OtherKey).
+	FingerprintKeyID string
 }
 
 // Bucket is the durable copy of every watch's index: one key per object,
 // "<source>.<namespace|_>.<uid>", whose value is the object's
-// resourceVersion, namespace and name (and fingerprint) as JSON, with the
-// format version "v" ([FormatVersion]).
+// resourceVersion, namespace and name (and fingerprint, with the ID of its
+// key when keyed) as JSON, with the format version "v" ([FormatVersion]).
 //
 // Writes are not made here: PutMsg and DeleteMsg build the messages that
 // the sink publishes after the event's PubAck (same retries, same watermark),
@@ -47,6 +52,7 @@ type Bucket struct {
 	name    string
 	subjPre string
 	ttl     string // Nats-TTL of delete markers; "" when the bucket has no per-message TTL
+	keyID   string // BucketOptions.FingerprintKeyID
 	// warnings about settings that differ from a bucket relayd creates
 	warnings []string
 }
@@ -84,7 +90,7 @@ func Open(ctx context.Context, js jetstream.JetStream, o BucketOptions) (*Bucket
 	if err != nil {
 		return nil, fmt.Errorf("index bucket %q: %w", o.Name, err)
 	}
-	b := &Bucket{kv: kv, name: o.Name, subjPre: "$KV." + o.Name + "."}
+	b := &Bucket{kv: kv, name: o.Name, subjPre: "$KV." + o.Name + ".", keyID: o.FingerprintKeyID}
 	st, err := kv.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("index bucket %q: status: %w", o.Name, err)
@@ -205,20 +211,26 @@ const FormatVersion = 1
 
 // value is the JSON of a bucket entry. Fingerprint (16 lower-case hex
 // digits) is left out when 0; entries written before it existed decode
-// with fingerprint 0 (unknown). V is the FormatVersion.
+// with fingerprint 0 (unknown). FingerprintKeyID (16 lower-case hex digits,
+// event.FingerprintKey.ID) is the key the fingerprint was made with, left
+// out for an unkeyed fingerprint; older relayds ignore it, which costs them
+// at most one extra event per object (a fingerprint they cannot match). V
+// is the FormatVersion.
 type value struct {
-	UID             string `json:"uid"`
-	Namespace       string `json:"namespace,omitempty"`
-	Name            string `json:"name"`
-	ResourceVersion string `json:"resourceVersion"`
-	Fingerprint     string `json:"fingerprint,omitempty"`
-	V               uint64 `json:"v"`
+	UID              string `json:"uid"`
+	Namespace        string `json:"namespace,omitempty"`
+	Name             string `json:"name"`
+	ResourceVersion  string `json:"resourceVersion"`
+	Fingerprint      string `json:"fingerprint,omitempty"`
+	FingerprintKeyID string `json:"fingerprintKeyID,omitempty"`
+	V                uint64 `json:"v"`
 }
 
-func valueOf(o Object) value {
+func valueOf(o Object, keyID string) value {
 	v := value{UID: o.UID, Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion, V: FormatVersion}
 	if o.Fingerprint != 0 {
 		v.Fingerprint = fmt.Sprintf("%016x", o.Fingerprint)
+		v.FingerprintKeyID = keyID
 	}
 	return v
 }
@@ -238,9 +250,10 @@ func (v value) object() (Object, error) {
 	return o, nil
 }
 
-// PutMsg is the message that records o under prefix.
+// PutMsg is the message that records o under prefix (its fingerprint with
+// the bucket's FingerprintKeyID).
 func (b *Bucket) PutMsg(prefix string, o Object) *event.Message {
-	data, _ := json.Marshal(valueOf(o)) // strings only: cannot fail
+	data, _ := json.Marshal(valueOf(o, b.keyID)) // strings only: cannot fail
 	return &event.Message{Subject: b.subjPre + Key(prefix, o.UID), Data: data}
 }
 
@@ -299,30 +312,42 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Err }
 
-// Load adds every object stored under prefix to x and returns their number.
-// Values that cannot be decoded are skipped and reported by a *CorruptError
-// once the others are loaded.
-func (b *Bucket) Load(ctx context.Context, prefix string, x *Index) (int, error) {
+// Loaded is what Load read.
+type Loaded struct {
+	// Objects is the number of objects loaded.
+	Objects int
+	// OtherKey are the uids of the loaded objects whose stored fingerprint
+	// was made under another key than the bucket's FingerprintKeyID
+	// (another key, no key while the bucket has one, or a key while it has
+	// none). Their fingerprint is loaded as 0 (unknown): it cannot match
+	// one made now. relayd rewrites their entries without it.
+	OtherKey []string
+}
+
+// Load adds every object stored under prefix to x. Values that cannot be
+// decoded are skipped and reported by a *CorruptError once the others are
+// loaded.
+func (b *Bucket) Load(ctx context.Context, prefix string, x *Index) (Loaded, error) {
+	var l Loaded
 	w, err := b.kv.Watch(ctx, prefix+".>", jetstream.IgnoreDeletes())
 	if err != nil {
-		return 0, fmt.Errorf("index bucket %q: read %s.*: %w", b.name, prefix, err)
+		return l, fmt.Errorf("index bucket %q: read %s.*: %w", b.name, prefix, err)
 	}
 	defer func() { _ = w.Stop() }()
-	n := 0
 	var corrupt *CorruptError
 	for {
 		select {
 		case <-ctx.Done():
-			return n, fmt.Errorf("index bucket %q: read %s.*: %w", b.name, prefix, ctx.Err())
+			return l, fmt.Errorf("index bucket %q: read %s.*: %w", b.name, prefix, ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return n, fmt.Errorf("index bucket %q: read %s.*: watcher closed", b.name, prefix)
+				return l, fmt.Errorf("index bucket %q: read %s.*: watcher closed", b.name, prefix)
 			}
 			if e == nil { // initial values done
 				if corrupt != nil {
-					return n, corrupt
+					return l, corrupt
 				}
-				return n, nil
+				return l, nil
 			}
 			var v value
 			var o Object
@@ -340,8 +365,12 @@ func (b *Bucket) Load(ctx context.Context, prefix string, x *Index) (int, error)
 				corrupt.Keys = append(corrupt.Keys, e.Key())
 				continue
 			}
+			if o.Fingerprint != 0 && v.FingerprintKeyID != b.keyID {
+				o.Fingerprint = 0
+				l.OtherKey = append(l.OtherKey, o.UID)
+			}
 			x.Put(o)
-			n++
+			l.Objects++
 		}
 	}
 }

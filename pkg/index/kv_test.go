@@ -80,7 +80,7 @@ func TestBucketRoundTrip(t *testing.T) {
 	publish(t, js, b.DeleteMsg(pods, uid(2)))
 
 	x := New()
-	n, err := b.Load(ctx, pods, x)
+	n, err := loadN(b.Load(ctx, pods, x))
 	if err != nil || n != 2 || x.Len() != 2 {
 		t.Fatalf("Load = %d, %v (Len %d); want 2 objects", n, err, x.Len())
 	}
@@ -94,7 +94,7 @@ func TestBucketRoundTrip(t *testing.T) {
 		t.Error("deleted object loaded")
 	}
 	y := New()
-	if n, err := b.Load(ctx, Prefix("other", "default"), y); n != 0 || err != nil {
+	if n, err := loadN(b.Load(ctx, Prefix("other", "default"), y)); n != 0 || err != nil {
 		t.Errorf("empty prefix: %d, %v", n, err)
 	}
 
@@ -106,7 +106,7 @@ func TestBucketRoundTrip(t *testing.T) {
 	if ep, err := b.Epoch(ctx, pods); ep != 8 || err != nil {
 		t.Errorf("epoch: %d, %v; want 8", ep, err)
 	}
-	if n, err := b.Load(ctx, pods, New()); n != 2 || err != nil {
+	if n, err := loadN(b.Load(ctx, pods, New())); n != 2 || err != nil {
 		t.Errorf("the epoch key is not an object: loaded %d, %v", n, err)
 	}
 
@@ -136,12 +136,12 @@ func TestBucketRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ce *CorruptError
-	if n, err := b.Load(ctx, pods, New()); !errors.As(err, &ce) || !strings.Contains(err.Error(), uid(9)) || n != 2 ||
+	if n, err := loadN(b.Load(ctx, pods, New())); !errors.As(err, &ce) || !strings.Contains(err.Error(), uid(9)) || n != 2 ||
 		len(ce.Keys) != 1 || ce.Keys[0] != Key(pods, uid(9)) {
 		t.Errorf("corrupt entry: loaded %d, %v", n, err)
 	}
 	publish(t, js, b.DeleteKeyMsg(ce.Keys[0]))
-	if n, err := b.Load(ctx, pods, New()); n != 2 || err != nil {
+	if n, err := loadN(b.Load(ctx, pods, New())); n != 2 || err != nil {
 		t.Errorf("after deleting the corrupt key: %d, %v", n, err)
 	}
 
@@ -179,7 +179,10 @@ func TestBucketWithoutTTL(t *testing.T) {
 	p := Prefix("cms", "ns")
 	publish(t, js, b.PutMsg(p, Object{UID: uid(1), Namespace: "ns", Name: "a", ResourceVersion: "1"}))
 	publish(t, js, b.DeleteMsg(p, uid(1)))
-	if n, err := b.Load(ctx, p, New()); n != 0 || err != nil {
+	if n, err := loadN(b.Load(ctx, p, New())); n != 0 || err != nil {
 		t.Fatalf("after delete: %d, %v", n, err)
 	}
 }
+
+// loadN is Load's object count and error.
+func loadN(l Loaded, err error) (int, error) { return l.Objects, err }

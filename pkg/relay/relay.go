@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ import (
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/natsconn"
@@ -108,6 +110,7 @@ type relay struct {
 	// watches wait on it for what they need.
 	ready  *health.Conditions
 	bucket atomic.Pointer[index.Bucket] // set once the index bucket is open
+	fpKey  *event.FingerprintKey        // nats.index.fingerprintKeyFile; nil: unkeyed fingerprints
 	failed chan error                   // a fatal error (IndexCheck); Run stops
 }
 
@@ -177,6 +180,9 @@ func newRelay(o Options) (*relay, error) {
 		return nil, fmt.Errorf("relay: register metrics: %w", err)
 	}
 	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]running{}, ready: newConditions()}
+	if r.fpKey, err = readFingerprintKey(r.cfg.NATS.Index.FingerprintKeyFile); err != nil {
+		return nil, err
+	}
 	for i := range r.cfg.Sources {
 		r.m.InitSource(r.cfg.Sources[i].Name)
 	}
@@ -196,6 +202,23 @@ func newRelay(o Options) (*relay, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// readFingerprintKey reads the key of the fingerprints from path
+// (nats.index.fingerprintKeyFile); nil when path is "".
+func readFingerprintKey(path string) (*event.FingerprintKey, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("nats.index.fingerprintKeyFile: %w", err)
+	}
+	k, err := event.NewFingerprintKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("nats.index.fingerprintKeyFile %s: %w", path, err)
+	}
+	return k, nil
 }
 
 // run starts relayd's components as one run group, in this order: the
@@ -415,7 +438,8 @@ func (r *relay) keepStream(ctx context.Context) {
 // succeeds; until then, relayd is unready with the reason.
 func (r *relay) openIndex(ctx context.Context) {
 	ix := r.cfg.NATS.Index
-	o := index.BucketOptions{Name: ix.Bucket, Create: ix.CreateBucket(), Replicas: ix.Replicas, Storage: jetstream.FileStorage}
+	o := index.BucketOptions{Name: ix.Bucket, Create: ix.CreateBucket(), Replicas: ix.Replicas, Storage: jetstream.FileStorage,
+		FingerprintKeyID: r.fpKey.ID()}
 	if ix.Storage == config.StorageMemory {
 		o.Storage = jetstream.MemoryStorage
 	}

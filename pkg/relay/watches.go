@@ -53,7 +53,7 @@ func (r *relay) newWatches(src *config.Source) []running {
 		pipe := r.sink.NewPipeline(src.Name, func(a sink.Advance) { w.Advance(a) })
 		w = watch.New(watch.Options{
 			Source: src, Namespace: ns, Config: r.cfg, Logger: r.log, Metrics: r.m,
-			Shaping: shaping, MaxPayload: int(r.nc.MaxPayload()), Backoff: r.relistBackoff,
+			Shaping: shaping, FingerprintKey: r.fpKey, MaxPayload: int(r.nc.MaxPayload()), Backoff: r.relistBackoff,
 			Pipe: pipe, Positions: r.store, Stream: r.events,
 			Ready:      r.watchesMayRun,
 			Bucket:     func() watch.Bucket { return r.bucket.Load() },

@@ -143,7 +143,7 @@ func (w *Watch) listAt(ctx context.Context, rv string) ([]listedObject, error) {
 			}
 			l := listedObject{meta: o.Meta}
 			if w.fingerprint {
-				l.fingerprint = o.Fingerprint(w.o.Shaping)
+				l.fingerprint = w.fp.Fingerprint(&o)
 			}
 			out = append(out, l)
 		}

@@ -87,7 +87,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	}
 	obj := index.Object{UID: meta.UID, Namespace: meta.Namespace, Name: meta.Name, ResourceVersion: meta.ResourceVersion}
 	if w.fingerprint {
-		obj.Fingerprint = it.Object.Fingerprint(w.o.Shaping)
+		obj.Fingerprint = w.fp.Fingerprint(&it.Object)
 	}
 	c := w.classify(it, obj)
 	switch {

@@ -32,7 +32,8 @@ func (w *Watch) loadIndex(ctx context.Context) (relist string, err error) {
 		return "", err
 	}
 	x := index.New()
-	n, err := b.Load(ctx, w.ix.prefix, x)
+	l, err := b.Load(ctx, w.ix.prefix, x)
+	n := l.Objects
 	var corrupt *index.CorruptError
 	if errors.As(err, &corrupt) {
 		w.log.Error("the index has entries that cannot be read; they are removed and the source relists", zap.Strings("keys", corrupt.Keys), zap.Error(err))
@@ -42,6 +43,9 @@ func (w *Watch) loadIndex(ctx context.Context) (relist string, err error) {
 			}
 		}
 	} else if err != nil {
+		return "", err
+	}
+	if err := w.dropOtherKeyFingerprints(ctx, x, l.OtherKey); err != nil {
 		return "", err
 	}
 	first := w.ix.idx == nil
@@ -62,6 +66,30 @@ func (w *Watch) loadIndex(ctx context.Context) (relist string, err error) {
 	}
 	w.log.Info("object index loaded", zap.Int("objects", n), zap.String("bucket", b.Name()), zap.String("relist", relist))
 	return relist, nil
+}
+
+// dropOtherKeyFingerprints rewrites, without their fingerprint, the bucket
+// entries of the uids Load found fingerprinted under another key than this
+// relayd's (nats.index.fingerprintKeyFile set, changed or removed): x has
+// them with fingerprint 0 already, and the bucket no longer keeps a hash
+// made without the current key (docs/GUARANTEES.md, "Fingerprints").
+func (w *Watch) dropOtherKeyFingerprints(ctx context.Context, x *index.Index, uids []string) error {
+	if len(uids) == 0 {
+		return nil
+	}
+	b := w.o.Bucket()
+	for _, uid := range uids {
+		o, ok := x.Get(uid)
+		if !ok {
+			continue
+		}
+		if err := w.o.Pipe.Submit(ctx, sink.Entry{FollowUp: b.PutMsg(w.ix.prefix, o), ObjectKey: uid}); err != nil {
+			return err
+		}
+	}
+	w.log.Warn("the object index has fingerprints made under another fingerprint key (or none); they are removed, and each of these objects is published at its next change, even one confined to ignoreChanges",
+		zap.Int("entries", len(uids)), zap.String("bucket", b.Name()))
+	return nil
 }
 
 // recoverIndex is the first load's recovery: it plans it from the

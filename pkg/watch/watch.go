@@ -61,7 +61,7 @@ type Positions interface {
 type Bucket interface {
 	Name() string
 	Generation(ctx context.Context) (index.Generation, error)
-	Load(ctx context.Context, prefix string, x *index.Index) (int, error)
+	Load(ctx context.Context, prefix string, x *index.Index) (index.Loaded, error)
 	Epoch(ctx context.Context, prefix string) (uint64, error)
 	PutMsg(prefix string, o index.Object) *event.Message
 	DeleteMsg(prefix, uid string) *event.Message
@@ -90,6 +90,10 @@ type Options struct {
 	Metrics   *metrics.Metrics
 	// Shaping is the source's compiled drop/ignoreChanges paths (nil: none).
 	Shaping *event.Shaping
+	// FingerprintKey keys the fingerprints of ignoreChanges
+	// (nats.index.fingerprintKeyFile; nil: unkeyed). The Bucket must store
+	// them under its ID (index.BucketOptions.FingerprintKeyID).
+	FingerprintKey *event.FingerprintKey
 	// MaxPayload is the NATS server's max payload (events above it are sent
 	// as references).
 	MaxPayload int
@@ -128,7 +132,8 @@ type Watch struct {
 	log *zap.Logger
 
 	filter      map[event.Type]bool
-	fingerprint bool // the source has ignoreChanges: objects get fingerprints
+	fingerprint bool                 // the source has ignoreChanges: objects get fingerprints
+	fp          *event.Fingerprinter // computes them (Options.FingerprintKey); the Run goroutine's
 	trackedG    prometheus.Gauge
 	filtered    prometheus.Counter
 	suppressed  prometheus.Counter
@@ -185,6 +190,9 @@ func New(o Options) *Watch {
 		filtered:    o.Metrics.EventsFiltered.WithLabelValues(src.Name),
 		suppressed:  o.Metrics.EventsSuppressed.WithLabelValues(src.Name),
 		ix:          indexState{prefix: index.Prefix(src.Name, o.Namespace)},
+	}
+	if w.fingerprint {
+		w.fp = event.NewFingerprinter(o.FingerprintKey)
 	}
 	w.restarts = retry.NewFailures(w.log, "source stopped; restarting", retry.LogChanges())
 	return w

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -69,11 +70,13 @@ func (f fakePositions) Advance(key string, p checkpoint.Position, _ bool) {
 // fakeBucket holds index entries in memory; its messages say what they
 // write ("put <key> <rv>", "delete <key>", "epoch <key> <n>").
 type fakeBucket struct {
-	gen     index.Generation
-	objects map[string][]index.Object // prefix -> objects
-	epoch   uint64
-	corrupt []string // keys Load reports as unreadable
-	loads   int
+	gen      index.Generation
+	objects  map[string][]index.Object // prefix -> objects
+	epoch    uint64
+	corrupt  []string // keys Load reports as unreadable
+	otherKey []string // uids Load reports fingerprinted under another key
+	puts     []index.Object
+	loads    int
 }
 
 func (b *fakeBucket) Name() string { return "IX" }
@@ -81,19 +84,25 @@ func (b *fakeBucket) Generation(context.Context) (index.Generation, error) {
 	return b.gen, nil
 }
 
-func (b *fakeBucket) Load(_ context.Context, prefix string, x *index.Index) (int, error) {
+func (b *fakeBucket) Load(_ context.Context, prefix string, x *index.Index) (index.Loaded, error) {
 	b.loads++
+	l := index.Loaded{Objects: len(b.objects[prefix])}
 	for _, o := range b.objects[prefix] {
+		if slices.Contains(b.otherKey, o.UID) {
+			o.Fingerprint = 0
+			l.OtherKey = append(l.OtherKey, o.UID)
+		}
 		x.Put(o)
 	}
 	if len(b.corrupt) > 0 {
-		return len(b.objects[prefix]), &index.CorruptError{Keys: b.corrupt, Err: errors.New("bad value")}
+		return l, &index.CorruptError{Keys: b.corrupt, Err: errors.New("bad value")}
 	}
-	return len(b.objects[prefix]), nil
+	return l, nil
 }
 
 func (b *fakeBucket) Epoch(context.Context, string) (uint64, error) { return b.epoch, nil }
 func (b *fakeBucket) PutMsg(prefix string, o index.Object) *event.Message {
+	b.puts = append(b.puts, o)
 	return &event.Message{Subject: "put " + index.Key(prefix, o.UID) + " " + o.ResourceVersion}
 }
 func (b *fakeBucket) DeleteMsg(prefix, uid string) *event.Message {
