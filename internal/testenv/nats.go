@@ -37,6 +37,16 @@ type NATSOptions struct {
 	Token string
 	// JetStreamDomain is the server's JetStream domain.
 	JetStreamDomain string
+	// ServerName names the server; default "relayd-testenv". Servers
+	// connected to each other (a hub and its leaf node) need different
+	// names.
+	ServerName string
+	// LeafNodes makes the server accept leaf node connections on a port of
+	// 127.0.0.1 of its own, pinned like the client port (see LeafURL).
+	LeafNodes bool
+	// LeafRemote, if set, connects the server as a leaf node to the hub
+	// listening there (the hub's LeafURL); see StartNATSLeaf.
+	LeafRemote string
 	// Operator, if set, runs the server in operator (JWT) mode trusting
 	// it, with a memory resolver preloaded with its accounts.
 	Operator *Operator
@@ -70,11 +80,19 @@ type NATS struct {
 	srv      *server.Server
 	ownsDir  bool
 	storeDir string
+	leafPort int // with LeafNodes, pinned at the first start
 }
 
 // StartNATS starts a nats-server with JetStream.
 func StartNATS(o NATSOptions) (*NATS, error) {
 	n := &NATS{o: o, storeDir: o.StoreDir}
+	if o.LeafNodes {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		n.leafPort = ports[0]
+	}
 	if n.storeDir == "" {
 		d, err := os.MkdirTemp("", "relayd-nats-")
 		if err != nil {
@@ -115,6 +133,9 @@ func (n *NATS) options() (*server.Options, error) {
 	}
 	o := n.o
 	opts.ServerName = "relayd-testenv"
+	if o.ServerName != "" {
+		opts.ServerName = o.ServerName
+	}
 	opts.Host = "127.0.0.1"
 	opts.Port = o.Port
 	if opts.Port == 0 {
@@ -155,6 +176,9 @@ func (n *NATS) options() (*server.Options, error) {
 	}
 	if o.JetStreamDomain != "" {
 		opts.JetStreamDomain = o.JetStreamDomain
+	}
+	if err := n.leafOptions(opts); err != nil {
+		return nil, err
 	}
 	if o.Operator != nil {
 		if err := o.Operator.apply(opts); err != nil {

@@ -46,11 +46,16 @@ type BucketOptions struct {
 //
 // Writes are not made here: PutMsg and DeleteMsg build the messages that
 // the sink publishes after the event's PubAck (same retries, same watermark),
-// so that the bucket is never ahead of what was published.
+// so that the bucket is never ahead of what was published. In a JetStream
+// domain (nats.jsDomain, e.g. a hub reached through a leaf node) they are
+// published through the domain's API prefix, as nats.go's KeyValue.Put
+// does: "$JS.<domain>.API.$KV.<bucket>.<key>", which the domain's servers
+// map to the key's subject "$KV.<bucket>.<key>" (a leaf node with a
+// JetStream of its own does not pass "$KV.>" to its hub).
 type Bucket struct {
 	kv      jetstream.KeyValue
 	name    string
-	subjPre string
+	subjPre string // where writes are published: WriteSubjectPrefix
 	ttl     string // Nats-TTL of delete markers; "" when the bucket has no per-message TTL
 	keyID   string // BucketOptions.FingerprintKeyID
 	// warnings about settings that differ from a bucket relayd creates
@@ -90,7 +95,7 @@ func Open(ctx context.Context, js jetstream.JetStream, o BucketOptions) (*Bucket
 	if err != nil {
 		return nil, fmt.Errorf("index bucket %q: %w", o.Name, err)
 	}
-	b := &Bucket{kv: kv, name: o.Name, subjPre: "$KV." + o.Name + ".", keyID: o.FingerprintKeyID}
+	b := &Bucket{kv: kv, name: o.Name, subjPre: WriteSubjectPrefix(js.Options().Domain, o.Name), keyID: o.FingerprintKeyID}
 	st, err := kv.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("index bucket %q: status: %w", o.Name, err)
@@ -107,6 +112,22 @@ func Open(ctx context.Context, js jetstream.JetStream, o BucketOptions) (*Bucket
 		b.warnings = checkBucket(cfg, o)
 	}
 	return b, nil
+}
+
+// StreamName is the name of the stream that holds bucket: "KV_<bucket>".
+// Every write says it must be stored there (the sink's expected stream).
+func StreamName(bucket string) string { return "KV_" + bucket }
+
+// WriteSubjectPrefix is the subject prefix that writes to bucket are
+// published on: "$KV.<bucket>." in the JetStream relayd is connected to,
+// "$JS.<domain>.API.$KV.<bucket>." in another domain (nats.go's KeyValue
+// does the same). The keys' subjects stored in the bucket's stream are
+// "$KV.<bucket>.<key>" either way.
+func WriteSubjectPrefix(domain, bucket string) string {
+	if domain == "" {
+		return "$KV." + bucket + "."
+	}
+	return "$JS." + domain + ".API.$KV." + bucket + "."
 }
 
 // checkBucket names each setting of an existing bucket that differs from

@@ -121,6 +121,7 @@ const (
 	condNATS        = "nats"        // natsconn (OnReason)
 	condCheckpoints = "checkpoints" // readCheckpoints
 	condStream      = "stream"      // stream.Keep
+	condPublish     = "publish"     // the sink (OnUndeliverable)
 	condSharding    = "sharding"    // runSharded (with sharding on)
 	condIndex       = "index"       // openIndex
 )
@@ -131,6 +132,7 @@ func newConditions() *health.Conditions {
 		health.Condition{Name: condNATS, Reason: "NATS not connected: connecting"},
 		health.Condition{Name: condCheckpoints, Reason: "checkpoints not loaded"},
 		health.Condition{Name: condStream, Reason: "stream not usable: checking"},
+		health.Condition{Name: condPublish},
 		health.Condition{Name: condSharding},
 		health.Condition{Name: condIndex, Reason: "index bucket not open: opening"},
 	)
@@ -404,6 +406,11 @@ func (r *relay) connectJetStream() error {
 		MaxInFlightBytes:     int64(n.MaxInFlightBytesPerWatch),
 		ProcessInFlightBytes: int64(n.MaxInFlightBytes),
 		Connected:            r.nc.IsConnected,
+		// Each publish says which stream must store it: another stream
+		// that captured the subjects refuses it instead of storing it
+		// (the checkpoint holds, /readyz says so).
+		EventStream: n.Stream.Name, FollowUpStream: index.StreamName(n.Index.Bucket),
+		OnUndeliverable: func(why string) { r.ready.Set(condPublish, prefixed("publishes not stored: ", why)) },
 	})
 	if err != nil {
 		return err
@@ -477,7 +484,8 @@ func (r *relay) readCheckpoints(ctx context.Context, msg string, fields ...zap.F
 
 // notReadyReason says why relayd is not ready ("" when it is): ready when
 // it is not stopping, NATS is connected, the checkpoints are loaded, the
-// stream is usable, sharding has started, the index bucket is open (each
+// stream is usable, no publish is refused by another stream or unanswered,
+// sharding has started, the index bucket is open (each
 // component sets its condition as its state changes) and every watch was
 // established at least once. /readyz asks it on every request.
 func (r *relay) notReadyReason() string {

@@ -12,6 +12,16 @@
 // window stays full and Publish blocks, so the watch stops being read:
 // backpressure, not loss.
 //
+// Every publish names the stream that must store it (Nats-Expected-Stream:
+// Options.EventStream for events, Options.FollowUpStream for follow-up
+// writes). A stream of another name that captures the subject (relayd's
+// stream deleted and another one created over its subjects) refuses it
+// rather than storing it, and the refusal is a failure like any other:
+// retried, never acknowledged, so the watermark and the checkpoint stay
+// before it. Refusals that need an operator (another stream captures the
+// subjects; no stream answers) are reported through Options.OnUndeliverable
+// until the publishes are stored again.
+//
 // The window is bounded in entries (MaxInFlight) and in bytes: per pipeline
 // (MaxInFlightBytes) and for the whole process (a Budget shared by every
 // pipeline of the Sink), so that objects of a megabyte each cannot hold
@@ -79,6 +89,23 @@ type Options struct {
 	// message once and sends it when NATS returns, and every retry would
 	// add another copy to that buffer (memory that grows with the outage).
 	Connected func() bool
+	// EventStream is the stream that must store the events (Entry.Msg);
+	// FollowUpStream that of the follow-up writes (Entry.FollowUp: the
+	// object index bucket's stream, KV_<bucket>). Each publish says so
+	// (jetstream.WithExpectStream); "" = not said.
+	EventStream, FollowUpStream string
+	// OnUndeliverable, if set, is called with why publishes cannot be
+	// stored (another stream captures their subjects, or no stream answers
+	// on them), naming the stream, whenever that changes, and with "" once
+	// every pipeline's publishes are stored again. Calls are serialised.
+	OnUndeliverable func(reason string)
+}
+
+// target is where a message must be stored: the stream, and what the
+// messages are (for the reports).
+type target struct {
+	stream string
+	what   string // "events" or "index writes"
 }
 
 // Sink creates pipelines that share one JetStream context and publish
@@ -95,6 +122,10 @@ type Sink struct {
 	// bytes is the process-wide byte budget (FIFO: a large entry waiting
 	// is not overtaken by smaller ones of other pipelines).
 	bytes *semaphore.Weighted
+	// events and followUps are where Entry.Msg and Entry.FollowUp must be
+	// stored.
+	events, followUps target
+	undeliverable     undeliverable
 }
 
 // Default byte bounds: sized for the deployment's 256 MiB memory limit. A
@@ -146,7 +177,12 @@ func New(o Options) (*Sink, error) {
 	if o.RetryBackoff.Duration == 0 {
 		o.RetryBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
 	}
-	return &Sink{o: o, bytes: semaphore.NewWeighted(o.ProcessInFlightBytes)}, nil
+	return &Sink{
+		o: o, bytes: semaphore.NewWeighted(o.ProcessInFlightBytes),
+		events:        target{stream: o.EventStream, what: "events"},
+		followUps:     target{stream: o.FollowUpStream, what: "index writes"},
+		undeliverable: undeliverable{report: o.OnUndeliverable, by: map[undeliverableKey]string{}},
+	}, nil
 }
 
 // Advance is a new watermark: the checkpointable position of a pipeline.
@@ -277,9 +313,9 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 // returns; its ack is awaited by the pipeline.
 func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	pe := &pending{e: e}
-	first := e.Msg
+	first, firstTo := e.Msg, p.s.events
 	if first == nil {
-		first = e.FollowUp
+		first, firstTo = e.FollowUp, p.s.followUps
 	}
 	if first != nil && e.ObjectKey != "" {
 		if err := p.waitObject(ctx, e.ObjectKey); err != nil {
@@ -309,7 +345,7 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	if first != nil {
 		// A failed publish (e.g. disconnected with a full reconnect buffer)
 		// leaves a nil future: the pipeline goroutine retries it in order.
-		pe.future = p.publishCounted(first)
+		pe.future = p.publishCounted(first, firstTo)
 		failpoint.Inject(failpoint.SinkAfterPublish)
 	}
 	p.queue <- pe // cannot block: at most cap(slots) entries are queued
@@ -396,22 +432,27 @@ func (p *Pipeline) release(pe *pending) {
 	close(pe.done)
 }
 
-func (p *Pipeline) publish(m *event.Message) (jetstream.PubAckFuture, error) {
+// publish publishes m, to be stored in to.stream.
+func (p *Pipeline) publish(m *event.Message, to target) (jetstream.PubAckFuture, error) {
 	msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header(m.Header)}
-	if m.MsgID == "" {
-		return p.s.o.JetStream.PublishMsgAsync(msg)
+	opts := make([]jetstream.PublishOpt, 0, 2)
+	if m.MsgID != "" {
+		opts = append(opts, jetstream.WithMsgID(m.MsgID))
 	}
-	return p.s.o.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(m.MsgID))
+	if to.stream != "" {
+		opts = append(opts, jetstream.WithExpectStream(to.stream))
+	}
+	return p.s.o.JetStream.PublishMsgAsync(msg, opts...)
 }
 
 // publishCounted publishes m as a new in-flight message; a synchronous
 // failure is counted and yields a nil future (await retries it).
-func (p *Pipeline) publishCounted(m *event.Message) jetstream.PubAckFuture {
+func (p *Pipeline) publishCounted(m *event.Message, to target) jetstream.PubAckFuture {
 	p.mu.Lock()
 	p.unacked++
 	p.mu.Unlock()
 	p.inFlight.Inc()
-	f, err := p.publish(m)
+	f, err := p.publish(m, to)
 	if err != nil {
 		p.countError(err)
 	}
@@ -422,9 +463,16 @@ func (p *Pipeline) countError(err error) {
 	p.s.o.Metrics.PublishErrors.WithLabelValues(p.source, errorReason(err)).Inc()
 }
 
+// errCodeStreamMismatch is JetStream's error code for a message whose
+// Nats-Expected-Stream is not the stream that captured its subject
+// ("expected stream does not match").
+const errCodeStreamMismatch jetstream.ErrorCode = 10060
+
 // errorReason maps publish errors to a small fixed label set.
 func errorReason(err error) string {
 	switch {
+	case isStreamMismatch(err):
+		return "wrong-stream"
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return "timeout"
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
@@ -457,11 +505,11 @@ func (p *Pipeline) run(ctx context.Context) {
 			return
 		}
 		if pe.e.Msg != nil {
-			if !p.await(ctx, pe.e.Msg, &pe.future, func(ack *jetstream.PubAck) { p.eventAcked(pe, ack) }) {
+			if !p.await(ctx, pe.e.Msg, p.s.events, &pe.future, func(ack *jetstream.PubAck) { p.eventAcked(pe, ack) }) {
 				return
 			}
 			if pe.e.FollowUp != nil {
-				pe.followFuture = p.publishCounted(pe.e.FollowUp)
+				pe.followFuture = p.publishCounted(pe.e.FollowUp, p.s.followUps)
 			}
 		} else if pe.e.FollowUp != nil {
 			pe.followFuture = pe.future
@@ -483,7 +531,7 @@ func (p *Pipeline) runFollowUps(ctx context.Context) {
 			return
 		}
 		if pe.e.FollowUp != nil {
-			if !p.await(ctx, pe.e.FollowUp, &pe.followFuture, p.followUpAcked) {
+			if !p.await(ctx, pe.e.FollowUp, p.s.followUps, &pe.followFuture, p.followUpAcked) {
 				return
 			}
 		}
@@ -532,10 +580,10 @@ func (p *Pipeline) followUpAcked(ack *jetstream.PubAck) {
 const reconnectPoll = 100 * time.Millisecond
 
 // await waits for the PubAck of m (*f is its future, nil if the last publish
-// failed synchronously), republishing it (same Msg-Id) with backoff until one
-// arrives, and calls onAck with it. It returns false only when the pipeline
-// is closed.
-func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.PubAckFuture, onAck func(*jetstream.PubAck)) bool {
+// failed synchronously), republishing it (same Msg-Id, stored in to.stream)
+// with backoff until one arrives, and calls onAck with it. It returns false
+// only when the pipeline is closed.
+func (p *Pipeline) await(ctx context.Context, m *event.Message, to target, f *jetstream.PubAckFuture, onAck func(*jetstream.PubAck)) bool {
 	backoff := p.s.o.RetryBackoff
 	for attempt := 0; ; attempt++ {
 		var err error
@@ -548,7 +596,8 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.Pub
 				p.mu.Unlock()
 				onAck(ack)
 				if attempt > 0 {
-					p.failures.OK(zap.String("subject", m.Subject), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
+					p.s.undeliverable.set(p, to.stream, "")
+					p.failures.OK(zap.String("subject", m.Subject), zap.String("stream", to.stream), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
 				}
 				return true
 			case err = <-(*f).Err():
@@ -558,7 +607,12 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.Pub
 			}
 		}
 		if err != nil {
-			p.failures.Fail(err, zap.String("subject", m.Subject), zap.String("msgId", m.MsgID), zap.Int("attempt", attempt+1))
+			fields := []zap.Field{zap.String("subject", m.Subject), zap.String("stream", to.stream), zap.String("msgId", m.MsgID), zap.Int("attempt", attempt+1)}
+			if why := undeliverableReason(err, to); why != "" {
+				p.s.undeliverable.set(p, to.stream, why)
+				fields = append(fields, zap.String("why", why))
+			}
+			p.failures.Fail(err, fields...)
 		}
 		select {
 		case <-time.After(backoff.Step()):
@@ -572,7 +626,7 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, f *jetstream.Pub
 				return false
 			}
 		}
-		nf, perr := p.publish(m)
+		nf, perr := p.publish(m, to)
 		if perr != nil {
 			p.countError(perr)
 		}
@@ -613,6 +667,7 @@ func (p *Pipeline) Close() {
 	p.cancel()
 	<-p.stopped
 	<-p.stopped2
+	p.s.undeliverable.forget(p)
 	p.mu.Lock()
 	n := p.unacked
 	p.unacked = 0
