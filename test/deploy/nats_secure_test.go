@@ -22,8 +22,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/index"
 )
 
@@ -96,7 +98,17 @@ func userPasswordFiles(t *testing.T, user, password string) func(root *yaml.Node
 		n := mapValue(t, root, "nats")
 		setKey(t, n, "userFile", userFile)
 		setKey(t, n, "passwordFile", passwordFile)
+		plainOnLoopback(t, root)
 	}
+}
+
+// plainOnLoopback sets nats.allowPlaintextCredentials: the test servers
+// of the permission tests listen on 127.0.0.1 without TLS, and relayd
+// refuses credentials without TLS otherwise. relayOnce checks that relayd
+// warned about it.
+func plainOnLoopback(t testing.TB, root *yaml.Node) {
+	t.Helper()
+	setBool(t, root, true, "nats", "allowPlaintextCredentials")
 }
 
 // setBool sets the boolean at the path of mapping keys below m, adding the
@@ -157,7 +169,44 @@ func relayOnce(t *testing.T, in *install, js jetstream.JetStream) *jetstream.Raw
 	if vs := violations(logs); len(vs) > 0 {
 		t.Fatalf("NATS refused relayd:\n%s", strings.Join(vs, "\n"))
 	}
+	checkConfigWarnings(t, in, logs)
 	return msg
+}
+
+// checkConfigWarnings fails the test unless relayd logged at start exactly
+// the warnings of the config it ran with (config.Warnings: credentials
+// accepted on a connection without TLS), each once.
+func checkConfigWarnings(t *testing.T, in *install, logs []string) {
+	t.Helper()
+	doc, _, err := unstructured.NestedString(in.configObject(t).Object, "data", in.b.configKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(doc), "config.yaml")
+	if err != nil {
+		t.Fatalf("the config relayd ran with: %v", err)
+	}
+	var logged []string
+	for _, l := range logs {
+		var e struct{ Msg, Warning string }
+		if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "config warning" {
+			logged = append(logged, e.Warning)
+		}
+	}
+	ws := cfg.Warnings()
+	if len(logged) != len(ws) {
+		t.Fatalf("relayd logged %d config warnings, want %d (%v):\n%s", len(logged), len(ws), ws, strings.Join(logged, "\n"))
+	}
+	for i, w := range ws {
+		// The file is where the test put it; the line, key and message
+		// are the config's.
+		if _, after, _ := strings.Cut(w.Error(), "config.yaml"); !strings.HasSuffix(logged[i], after) {
+			t.Errorf("relayd logged the warning %q, want …%s", logged[i], after)
+		}
+	}
+	if len(ws) > 0 {
+		t.Logf("relayd warned: %s", logged[0])
+	}
 }
 
 // rawRefusal matches a refusal as nats.go hands it to the error handler.
@@ -323,6 +372,7 @@ func TestNATSPermissionsOperatorMode(t *testing.T) {
 	srv := testenv.NATST(t, testenv.NATSOptions{Operator: op})
 	in := newInstallOf(t, env, srv.URL(), baseDir, func(root *yaml.Node) {
 		setKey(t, mapValue(t, root, "nats"), "credentialsFile", creds)
+		plainOnLoopback(t, root)
 	})
 	js := adminJetStream(t, srv.URL(), nats.UserCredentials(adminCreds))
 	msg := relayOnce(t, in, js)
