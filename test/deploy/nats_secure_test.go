@@ -714,16 +714,51 @@ func TestNATSConsumerPermissions(t *testing.T) {
 	}
 }
 
+// createOnlyFor matches a subject line of relayd's block marked
+// "# create only: <key>".
+var createOnlyFor = regexp.MustCompile(`(?m)^[ \t]*"([^"]+)"[ \t]*# create only: (\S+)`)
+
+// createOnlyBy lists the subjects of relayd's block of docs/DEPLOY.md
+// marked "# create only: key".
+func createOnlyBy(t *testing.T, key string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range createOnlyFor.FindAllStringSubmatch(docBlock(t, relaydPermsBlock), -1) {
+		if m[2] == key {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
 // TestNATSSecureOverlayConnects runs deploy/overlays/nats-secure's config
 // as rendered, its Secret's files standing in a folder, against a server
 // that requires TLS with client certificates (the overlay's caFile,
 // certFile and keyFile) and knows relayd as an NKey user (nkeySeedFile)
-// with the permissions of docs/DEPLOY.md: relayd connects and relays a
-// change, without any refusal.
+// with the permissions of docs/DEPLOY.md minus the lines marked "# create
+// only: nats.stream.create" (the overlay sets it false; the stream is
+// created beforehand, as an administrator would): relayd connects and
+// relays a change, without any refusal and without a config warning, and
+// leaves the stream as it was; relayd's credentials cannot change it
+// (STREAM.UPDATE is not granted, and refused).
 func TestNATSSecureOverlayConnects(t *testing.T) {
 	perms := docNATSPermissions(t)
 	sb := loadBundle(t, natsSecureDir)
 	mount := natsSecretMount(t, sb)
+	name := sb.cfg.NATS.Stream.Name
+	if sb.cfg.NATS.Stream.Create {
+		t.Fatal("the overlay sets nats.stream.create: relayd's user would need STREAM.CREATE and STREAM.UPDATE on its stream")
+	}
+	streamOnly := createOnlyBy(t, "nats.stream.create")
+	grant := slices.DeleteFunc(slices.Clone(perms.pub), func(s string) bool { return slices.Contains(streamOnly, s) })
+	for _, s := range grant {
+		if s == "$JS.API.STREAM.UPDATE."+name || s == "$JS.API.STREAM.CREATE."+name {
+			t.Fatalf("docs/DEPLOY.md grants %s without marking it \"# create only: nats.stream.create\"", s)
+		}
+	}
+	if len(streamOnly) == 0 {
+		t.Fatal(`docs/DEPLOY.md marks no subject "# create only: nats.stream.create"`)
+	}
 	tmp := t.TempDir()
 	pki, err := testenv.NewPKI(mkdir(t, filepath.Join(tmp, "pki")))
 	if err != nil {
@@ -750,7 +785,7 @@ func TestNATSSecureOverlayConnects(t *testing.T) {
 	}
 	srv := testenv.NATST(t, testenv.NATSOptions{
 		TLS:   &testenv.NATSTLS{CertFile: pki.ServerCertFile, KeyFile: pki.ServerKeyFile, CAFile: pki.CAFile, Verify: true},
-		Nkeys: []*server.NkeyUser{{Nkey: pub, Permissions: &server.Permissions{Publish: allowOnly(perms.pub), Subscribe: allowOnly(perms.sub)}}},
+		Nkeys: []*server.NkeyUser{{Nkey: pub, Permissions: &server.Permissions{Publish: allowOnly(grant), Subscribe: allowOnly(perms.sub)}}},
 		Users: []*server.User{{Username: "admin", Password: "admin"}},
 	})
 	in := newInstallOf(t, env, srv.URL(), natsSecureDir, func(root *yaml.Node) {
@@ -766,7 +801,53 @@ func TestNATSSecureOverlayConnects(t *testing.T) {
 		}
 		walk(mapValue(t, root, "nats"))
 	})
-	js := adminJetStream(t, srv.URL(), nats.UserInfo("admin", "admin"), nats.RootCAs(pki.CAFile), nats.ClientCert(pki.ClientCertFile, pki.ClientKeyFile))
+	tlsOpts := []nats.Option{nats.RootCAs(pki.CAFile), nats.ClientCert(pki.ClientCertFile, pki.ClientKeyFile)}
+	js := adminJetStream(t, srv.URL(), append(tlsOpts, nats.UserInfo("admin", "admin"))...)
+	ctx := t.Context()
+	// The stream as an administrator creates it (as relayd would).
+	if _, err := js.CreateStream(ctx, wantStream(in.b).Config()); err != nil {
+		t.Fatal(err)
+	}
+	streamConfig := func() jetstream.StreamConfig {
+		t.Helper()
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config
+	}
+	before := streamConfig()
 	msg := relayOnce(t, in, js)
-	t.Logf("the nats-secure overlay's config (mTLS, NKey user, inbox prefix %s) relayed %s", in.b.cfg.NATS.InboxPrefix, msg.Subject)
+	if after := streamConfig(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("relayd changed the stream:\nbefore %+v\nafter  %+v", before, after)
+	}
+	t.Logf("the nats-secure overlay's config (mTLS, NKey user, inbox prefix %s, without %q) relayed %s", in.b.cfg.NATS.InboxPrefix, streamOnly, msg.Subject)
+
+	// relayd's credentials: an update of the stream is refused.
+	nkey, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := &asyncErrors{}
+	nc, err := nats.Connect(srv.URL(), append(tlsOpts, nkey, nats.CustomInboxPrefix(n.InboxPrefix), nats.ErrorHandler(errs.handler))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	shrunk := before
+	shrunk.MaxAge = time.Minute
+	req, err := json.Marshal(shrunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "$JS.API.STREAM.UPDATE." + name
+	if reply, err := nc.Request(subject, req, 3*time.Second); err == nil {
+		t.Fatalf("%s with relayd's credentials was answered: %s", subject, reply.Data)
+	}
+	if errs.refused("Publish", subject) == "" {
+		t.Fatalf("%s: no permissions violation reported: %v", subject, errs)
+	}
+	if after := streamConfig(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("the refused update changed the stream: maxAge %v, was %v", after.MaxAge, before.MaxAge)
+	}
 }
