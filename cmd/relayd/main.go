@@ -134,6 +134,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 		log.Error("invalid config", zap.String("file", *cfgPath), zap.Error(err))
 		return 1
 	}
+	for _, w := range cfg.Warnings() {
+		log.Warn("config warning", zap.String("warning", w.Error()))
+	}
 	restCfg, err := kubeConfig(*kubeconfig)
 	if err != nil {
 		log.Error("no Kubernetes credentials", zap.Error(err))
@@ -168,6 +171,12 @@ given explicitly override the config: --server replaces nats.url, --creds
 replaces the config's authentication, whichever it is. Without -c the
 defaults below apply and --creds is the only authentication.
 
+The settings are checked as check-config checks nats.url: no credentials
+in a URL, and credentials (--creds, or the config's) only over TLS
+(tls://, or the config's nats.tls), unless the config's
+nats.allowPlaintextCredentials or --allow-plaintext-credentials accepts
+them in plain.
+
 Examples:
   relayd tail -c config.yaml                        # live events of the cluster
   relayd tail -c config.yaml --replay --count 20    # the stream from its start
@@ -198,6 +207,7 @@ func cmdTail(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.replay, "replay", false, "with -c: replay the config's stream (nats.stream.name) from its start, then follow")
 	count := fs.Int("count", 0, "exit after this many events (0: until interrupted)")
 	fs.StringVar(&f.creds, "creds", "", "NATS .creds file; overrides the config's authentication")
+	fs.BoolVar(&f.allowPlaintext, "allow-plaintext-credentials", false, "accept credentials on a connection that is not TLS (as nats.allowPlaintextCredentials)")
 	output := fs.String("output", "text", "text: one readable line per event; json: one CloudEvent per line (structured mode), for jq")
 	fs.StringVar(output, "o", "text", "shorthand for --output")
 	var filter tail.Filter
@@ -219,6 +229,9 @@ func cmdTail(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "relayd tail:", line)
 		}
 		return code
+	}
+	if w := s.nats.PlaintextCredentials(); w != "" {
+		fmt.Fprintln(stderr, "relayd tail: warning:", s.rename(w))
 	}
 	opts, err := natsconn.ClientOptions(s.nats)
 	if err != nil {
@@ -244,7 +257,7 @@ func cmdTail(args []string, stdout, stderr io.Writer) int {
 		msg = s.rename(msg)
 		fmt.Fprintf(stderr, "relayd tail: cannot connect to NATS at %s: %s\n", ce.RedactedURL(), strings.ReplaceAll(msg, "\n", " "))
 	default:
-		fmt.Fprintln(stderr, "relayd tail:", s.rename(strings.TrimPrefix(err.Error(), "tail: ")+tailHint(s, err)))
+		fmt.Fprintln(stderr, "relayd tail:", s.rename(strings.TrimPrefix(config.RedactError(err, s.nats.URL), "tail: ")+tailHint(s, err)))
 	}
 	return 1
 }
@@ -271,7 +284,7 @@ func tailHint(s *tailSettings, err error) string {
 // set holds the names of those given on the command line.
 type tailFlags struct {
 	config, server, subject, stream, creds string
-	replay                                 bool
+	replay, allowPlaintext                 bool
 	set                                    map[string]bool
 }
 
@@ -286,8 +299,11 @@ type tailSettings struct {
 }
 
 // tailSettingsOf applies f to the config file's nats block (when -c is
-// given) or to the defaults. On error it also returns the exit code: 2 for
-// a misuse of the flags, 1 for a config that cannot be loaded.
+// given) or to the defaults, and checks the result as check-config checks
+// a nats block (the URL, the credentials and that they go over TLS). On
+// error it also returns the exit code: 2 for a misuse of the flags
+// (settings that do not pass the check: the config's did), 1 for a config
+// that cannot be loaded.
 func tailSettingsOf(f *tailFlags) (*tailSettings, int, error) {
 	s := &tailSettings{nats: &config.NATS{URL: f.server}, subject: f.subject, stream: f.stream}
 	if f.replay && f.set["stream"] {
@@ -318,6 +334,9 @@ func tailSettingsOf(f *tailFlags) (*tailSettings, int, error) {
 			s.stream = n.Stream.Name
 		}
 	}
+	if f.allowPlaintext {
+		s.nats.AllowPlaintextCredentials = true
+	}
 	var pairs []string
 	if f.set["creds"] {
 		pairs = append(pairs, "nats.credentialsFile", "--creds")
@@ -325,7 +344,13 @@ func tailSettingsOf(f *tailFlags) (*tailSettings, int, error) {
 	if f.set["server"] || f.config == "" {
 		pairs = append(pairs, "nats.url", "--server")
 	}
+	if f.set["allow-plaintext-credentials"] || f.config == "" {
+		pairs = append(pairs, "nats.allowPlaintextCredentials", "--allow-plaintext-credentials")
+	}
 	s.rename = strings.NewReplacer(pairs...).Replace
+	if err := s.nats.ValidateConnection(); err != nil {
+		return nil, 2, errors.New(s.rename(err.Error()))
+	}
 	return s, 0, nil
 }
 

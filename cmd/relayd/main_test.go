@@ -54,3 +54,45 @@ func TestRunWithBadConfigFailsClearly(t *testing.T) {
 		t.Errorf("log does not name the file:\n%s", errb.String())
 	}
 }
+
+// relayd run refuses credentials on a connection without TLS, as
+// check-config does, naming nats.url, the URL and the key; with
+// nats.allowPlaintextCredentials it logs a warning at start (here before
+// it stops for want of Kubernetes credentials) and check-config prints it.
+func TestRunAndCheckConfigOnPlaintextCredentials(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, extra string) string {
+		p := filepath.Join(dir, name)
+		doc := "cluster: dev\nsources: [{name: p, apiVersion: v1, kind: Pod}]\nnats:\n  url: nats://127.0.0.1:4222\n  tokenFile: /s/token\n  stream: {name: K8S}\n" + extra
+		if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	refused, accepted := write("refused.yaml", ""), write("accepted.yaml", "  allowPlaintextCredentials: true\n")
+	const problem = `nats.url: "nats://127.0.0.1:4222" is not TLS, so nats.tokenFile would authenticate an unencrypted connection`
+
+	var out, errb bytes.Buffer
+	if code := run([]string{"check-config", "-c", refused}, &out, &errb); code != 1 || !strings.Contains(out.String(), "refused.yaml:4: "+problem) {
+		t.Errorf("check-config: exit %d\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"run", "-c", refused, "--kubeconfig", filepath.Join(dir, "none")}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), `"msg":"invalid config"`) || !strings.Contains(unquote(errb.String()), problem) {
+		t.Errorf("run: exit %d\n%s", code, errb.String())
+	}
+	errb.Reset()
+
+	warning := `accepted.yaml:7: nats.allowPlaintextCredentials: "nats://127.0.0.1:4222" is not TLS, so nats.tokenFile would authenticate an unencrypted connection`
+	if code := run([]string{"check-config", "-c", accepted}, &out, &errb); code != 0 || !strings.Contains(out.String(), "  SUCCESS\n  WARNING: "+dir+"/"+warning+"\n") {
+		t.Errorf("check-config: exit %d\n%s", code, out.String())
+	}
+	if code := run([]string{"run", "-c", accepted, "--kubeconfig", filepath.Join(dir, "none")}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), `"msg":"config warning"`) || !strings.Contains(unquote(errb.String()), warning) ||
+		!strings.Contains(errb.String(), "no Kubernetes credentials") {
+		t.Errorf("run: exit %d\n%s", code, errb.String())
+	}
+}
+
+// unquote undoes the JSON log's escaping of quotes.
+func unquote(s string) string { return strings.ReplaceAll(s, `\"`, `"`) }

@@ -278,10 +278,10 @@ func TestTailFailuresNameTheSetting(t *testing.T) {
 			[]string{"stream K8S", `nats.jsDomain "elsewhere"`}},
 		{"stream not found", []string{"-c", e.config(t, nil), "--stream", "NOPE"},
 			[]string{"stream NOPE", `check the stream name and nats.jsDomain "hub"`}},
-		{"--server overrides nats.url, credentials redacted", []string{"-c", e.config(t, nil), "--server", "tls://relayd:s3cret@127.0.0.1:1"},
-			[]string{"cannot connect to NATS at tls://relayd:xxxxx@127.0.0.1:1", "--server"}},
-		{"no config, credentials redacted", []string{"--server", "nats://t0ken-s3cret@127.0.0.1:1"},
-			[]string{"cannot connect to NATS at nats://xxxxx@127.0.0.1:1"}},
+		{"--server overrides nats.url", []string{"-c", e.config(t, nil), "--server", "tls://127.0.0.1:1"},
+			[]string{"cannot connect to NATS at tls://127.0.0.1:1", "--server"}},
+		{"--server nats:// with the config's nats.tls is TLS", []string{"-c", e.config(t, nil), "--server", "nats://127.0.0.1:1"},
+			[]string{"cannot connect to NATS at nats://127.0.0.1:1", "--server"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := waitTail(t, startTail(tc.args...))
@@ -302,6 +302,59 @@ func TestTailFailuresNameTheSetting(t *testing.T) {
 			}
 			if r.out != "" {
 				t.Errorf("stdout: %q", r.out)
+			}
+		})
+	}
+}
+
+// Settings that check-config would refuse are refused before connecting,
+// exit 2, in one line naming the flag: credentials in --server (shown
+// redacted), credentials over a connection that is not TLS (unless
+// --allow-plaintext-credentials accepts them, with a warning).
+func TestTailChecksItsSettings(t *testing.T) {
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "missing.creds")
+	plainCfg := filepath.Join(dir, "plain.yaml")
+	if err := os.WriteFile(plainCfg, []byte("cluster: dev\nsources: [{name: cms, apiVersion: v1, kind: ConfigMap}]\n"+
+		"nats: {url: 'nats://127.0.0.1:1', tokenFile: '"+filepath.Join(dir, "token")+"', allowPlaintextCredentials: true, stream: {name: K8S}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg := writeTailConfig(t, map[string]string{"url": "tls://127.0.0.1:1", "tokenFile": filepath.Join(dir, "token")})
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"credentials in --server, with a config", []string{"-c", tlsCfg, "--server", "tls://relayd:s3cret@127.0.0.1:1"}, 2,
+			[]string{`relayd tail: --server: "tls://xxxxx@127.0.0.1:1" holds credentials`}},
+		{"a token in --server", []string{"--server", "nats://t0ken-s3cret@127.0.0.1:1"}, 2,
+			[]string{`relayd tail: --server: "nats://xxxxx@127.0.0.1:1" holds credentials`}},
+		{"--creds over nats://", []string{"--server", "nats://127.0.0.1:1", "--creds", creds}, 2,
+			[]string{`relayd tail: --server: "nats://127.0.0.1:1" is not TLS, so --creds would authenticate an unencrypted connection`, "--allow-plaintext-credentials"}},
+		{"the config's token, --server nats://", []string{"-c", tlsCfg, "--server", "nats://127.0.0.1:1"}, 2,
+			[]string{`relayd tail: --server: "nats://127.0.0.1:1" is not TLS, so nats.tokenFile would authenticate`, "nats.allowPlaintextCredentials"}},
+		{"--creds over nats://, accepted", []string{"--server", "nats://127.0.0.1:1", "--creds", creds, "--allow-plaintext-credentials"}, 1,
+			[]string{`relayd tail: warning: "nats://127.0.0.1:1" is not TLS, so --creds would authenticate an unencrypted connection`, "relayd tail: --creds: open " + creds}},
+		{"the config's token over nats://, accepted by the config", []string{"-c", plainCfg}, 1,
+			[]string{`relayd tail: warning: "nats://127.0.0.1:1" is not TLS, so nats.tokenFile would authenticate an unencrypted connection`, "relayd tail: nats.tokenFile: open"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := waitTail(t, startTail(tc.args...))
+			t.Log(strings.TrimSpace(r.stderr))
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d", r.code, tc.code)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+				}
+			}
+			if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); tc.code == 2 && len(lines) != 1 {
+				t.Errorf("%d lines, want one:\n%s", len(lines), r.stderr)
+			}
+			if strings.Contains(r.stderr, "s3cret") {
+				t.Errorf("stderr shows the credentials:\n%s", r.stderr)
 			}
 		})
 	}
@@ -374,11 +427,31 @@ func TestTailSettings(t *testing.T) {
 		t.Errorf("rename: %q", got)
 	}
 
-	s, _, err = tailSettingsOf(with(tailFlags{server: defaults.server, subject: defaults.subject, creds: "/c"}, "creds"))
+	// Credentials over the default nats:// URL: refused, unless
+	// --allow-plaintext-credentials accepts them.
+	_, code, err := tailSettingsOf(with(tailFlags{server: defaults.server, subject: defaults.subject, creds: "/c"}, "creds"))
+	if want := `--server: "nats://127.0.0.1:4222" is not TLS, so --creds would authenticate an unencrypted connection (use tls:// or wss://, or a nats.tls key; or set --allow-plaintext-credentials to accept that)`; code != 2 || err == nil || err.Error() != want {
+		t.Errorf("no config, --creds over nats://: exit %d, %v\nwant exit 2, %s", code, err, want)
+	}
+	s, _, err = tailSettingsOf(with(tailFlags{server: defaults.server, subject: defaults.subject, creds: "/c", allowPlaintext: true}, "creds", "allow-plaintext-credentials"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.nats.URL != defaults.server || s.nats.CredentialsFile != "/c" || s.nats.TLS.Enabled() || s.subject != "k8s.>" {
+	if s.nats.URL != defaults.server || s.nats.CredentialsFile != "/c" || !s.nats.AllowPlaintextCredentials || s.nats.TLS.Enabled() || s.subject != "k8s.>" {
 		t.Errorf("no config: %+v, subject %q", *s.nats, s.subject)
+	}
+
+	// The config's credentials (over tls:// there, without a nats.tls key)
+	// and a --server without TLS: refused, naming the flag and the
+	// config's key. (With the first config's nats.tls, nats:// is TLS.)
+	tlsURLOnly := writeTailConfig(t, map[string]string{"url": "tls://nats.example:4222", "nkeySeedFile": "/s/seed.nk"})
+	_, code, err = tailSettingsOf(with(tailFlags{config: tlsURLOnly, server: "nats://other:4222", subject: defaults.subject}, "config", "server"))
+	if want := `--server: "nats://other:4222" is not TLS, so nats.nkeySeedFile would authenticate`; code != 2 || err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("config, --server nats://: exit %d, %v\nwant exit 2, %s…", code, err, want)
+	}
+	// A URL with credentials in --server: refused, redacted.
+	_, code, err = tailSettingsOf(with(tailFlags{server: "nats://u:s3cret@h:4222", subject: defaults.subject}, "server"))
+	if want := `--server: "nats://xxxxx@h:4222" holds credentials`; code != 2 || err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("--server with credentials: exit %d, %v\nwant exit 2, %s…", code, err, want)
 	}
 }

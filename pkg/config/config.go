@@ -71,6 +71,11 @@ type NATS struct {
 	// and its password. Both or neither.
 	UserFile     string `yaml:"userFile"`
 	PasswordFile string `yaml:"passwordFile"`
+	// AllowPlaintextCredentials accepts credentials (any of the files
+	// above) on a connection that is not TLS. Without it Validate refuses
+	// them unless every URL is tls:// or wss:// or a TLS key is set; with
+	// it, Warnings reports them.
+	AllowPlaintextCredentials bool `yaml:"allowPlaintextCredentials"`
 	// TLS configures the TLS connection (server CA, client certificate).
 	TLS TLS `yaml:"tls"`
 	// JSDomain is the JetStream domain of the stream and bucket (for a

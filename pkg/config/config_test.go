@@ -112,9 +112,9 @@ bad-sharding.yaml:9: sharding.leaseDuration: must be greater than sharding.renew
 
 		"bad-many.yaml": `bad-many.yaml:2: cluster: "prod.eu" is not a valid cluster name (must be letters, digits, '_' and '-')
 bad-many.yaml:3: prefix: "k8s..events" is not a valid prefix (must be dot-separated tokens of letters, digits, '_' and '-')
-bad-many.yaml:5: nats.url: "http://127.0.0.1:4222" is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])
-bad-many.yaml:5: nats.url: "nats://user:xxxxx@nats:4222" contains credentials (use nats.credentialsFile, nats.nkeySeedFile, nats.tokenFile or nats.userFile)
+bad-many.yaml:5: nats.url: "http://xxxxx@nats:4222" holds credentials, or an '@' (credentials go in a file: nats.credentialsFile, nats.nkeySeedFile, nats.tokenFile or nats.userFile)
 bad-many.yaml:7: nats.tokenFile: cannot be combined with nats.credentialsFile (set only one)
+bad-many.yaml:5: nats.url: "http://xxxxx@nats:4222" is not TLS, so nats.credentialsFile would authenticate an unencrypted connection (use tls:// or wss://, or a nats.tls key; or set nats.allowPlaintextCredentials to accept that)
 bad-many.yaml:8: nats.publishTimeout: must be greater than 0, got -1s
 bad-many.yaml:9: nats.maxInFlight: must be between 1 and 65536, got 100000
 bad-many.yaml:10: nats.stream.name: required
@@ -597,7 +597,7 @@ x:2: nats.url: empty entry in the comma-separated list "nats://a:4222,, tls://b:
 		{"url without scheme", "cluster: dev\nnats: {url: '127.0.0.1:4222', stream: {name: K8S}}\n" + src,
 			`x:2: nats.url: "127.0.0.1:4222" is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])`},
 		{"token in url", "cluster: dev\nnats: {url: 'nats://s3cr3t@h:4222', stream: {name: K8S}}\n" + src,
-			`x:2: nats.url: "nats://xxxxx@h:4222" contains credentials (use nats.credentialsFile, nats.nkeySeedFile, nats.tokenFile or nats.userFile)`},
+			`x:2: nats.url: "nats://xxxxx@h:4222" holds credentials, or an '@' (credentials go in a file: nats.credentialsFile, nats.nkeySeedFile, nats.tokenFile or nats.userFile)`},
 		{"bad apiVersion and group", base + "sources:\n- {name: a, apiVersion: apps/v1/x, kind: A}\n- {name: b, resource: {group: Apps, version: v1, resource: Deployments}}\n",
 			`x:4: sources[0].apiVersion: "apps/v1/x" is not a valid apiVersion (must be "v1" or "group/version", e.g. "apps/v1")
 x:5: sources[1].resource.group: "Apps" is not a valid API group (must be a DNS-1123 subdomain, or "" for the core group)
@@ -684,7 +684,7 @@ sources:
 		{"merge cycle", "nats: &n {<<: *n}\n", "x:1: nats: alias *n refers to a node that contains it"},
 		{"merge of a scalar", "nats: {<<: 3}\n", `x:1: nats: the merge key "<<" needs a mapping or a list of mappings, got 3`},
 		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`},
-		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, nkeySeedFile, tokenFile, userFile, passwordFile, tls, jsDomain, inboxPrefix, name, publishTimeout, maxInFlight, maxInFlightBytes, maxInFlightBytesPerWatch, stream, index)`},
+		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, nkeySeedFile, tokenFile, userFile, passwordFile, allowPlaintextCredentials, tls, jsDomain, inboxPrefix, name, publishTimeout, maxInFlight, maxInFlightBytes, maxInFlightBytesPerWatch, stream, index)`},
 		{"alias to ancestor", "sources: &s [*s]\n", "x:1: sources[0]: expected a mapping, got a list"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -832,7 +832,10 @@ Checking ../../config.example.yaml
 		t.Errorf("output:\n%s\nwant:\n%s", got, want)
 	}
 	buf.Reset()
-	if !CheckFiles(&buf, "testdata/good-full.yaml") || buf.String() != "Checking testdata/good-full.yaml\n  SUCCESS\n" {
+	// Its credentials go over nats:// too, accepted by
+	// allowPlaintextCredentials: a warning.
+	if !CheckFiles(&buf, "testdata/good-full.yaml") || buf.String() != "Checking testdata/good-full.yaml\n  SUCCESS\n"+
+		`  WARNING: testdata/good-full.yaml:8: nats.allowPlaintextCredentials: "nats://nats-0.nats:4222" is not TLS, so nats.credentialsFile would authenticate an unencrypted connection`+"\n" {
 		t.Errorf("CheckFiles(good) printed %q", buf.String())
 	}
 }
@@ -943,12 +946,19 @@ func TestURLCredentialsAreRedacted(t *testing.T) {
 			t.Errorf("%s: the error does not show where the secret was: %v", url, err)
 		}
 	}
+	// Everything up to the last '@' is hidden but the scheme that starts
+	// the text, whatever the shape: an '@' in a path hides the host.
 	for in, want := range map[string]string{
-		"nats://h:4222":         "nats://h:4222",
-		"nats://u:p@h:4222/x@y": "nats://u:xxxxx@h:4222/x@y",
-		"tok@h":                 "xxxxx@h",
-		" tls://a:b@c@h ":       " tls://a:xxxxx@h ",
-		"wss://h/path?user=a@b": "wss://h/path?user=a@b",
+		"nats://h:4222":                "nats://h:4222",
+		"nats://u:p@h:4222/x@y":        "nats://xxxxx@y",
+		"tok@h":                        "xxxxx@h",
+		" tls://a:b@c@h ":              " tls://xxxxx@h ",
+		"wss://h/path?user=a@b":        "wss://xxxxx@b",
+		"nats://h:1,nats://u:p@h:2":    "nats://xxxxx@h:2",
+		"nats//u:p@h":                  "xxxxx@h",
+		"NATS://u:p/q@h":               "NATS://xxxxx@h",
+		"nats://a,b":                   "nats://a,b",
+		"nats://u:p,nats://q@h:1,tls:": "nats://xxxxx@h:1,tls:",
 	} {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)

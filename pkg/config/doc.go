@@ -33,7 +33,8 @@
 //
 //   - url (required): server URL, or a comma-separated list of them. Each
 //     must be nats://, tls://, ws:// or wss:// with a host and an optional
-//     port, and must not carry credentials (use a file below).
+//     port, and must not carry credentials (use a file below): a URL with
+//     an '@' anywhere is refused, and shown redacted (see Errors).
 //   - Authentication, at most one of (none: no authentication), each the
 //     path of a file, never the secret itself: credentialsFile (a .creds
 //     file: user JWT + NKey seed, operator mode), nkeySeedFile (a user NKey
@@ -44,6 +45,15 @@
 //     user does once connected), so their existence is not checked here; at
 //     run time a missing or unparsable file keeps relayd unready with an
 //     error naming the key and the path.
+//   - allowPlaintextCredentials (default false): credentials (any of the
+//     files above) go over TLS only: every URL must be tls:// or wss://, or
+//     a tls key must be set (TLS is then required whatever the scheme).
+//     Otherwise the config is refused with a problem at nats.url naming the
+//     URLs and the key, 127.0.0.1 and localhost included (an NKey or JWT
+//     user sends no secret, but its session, JWT and messages can be read
+//     and taken over all the same). true accepts credentials on a plain
+//     connection; Warnings then reports it (relayd logs it at start,
+//     check-config prints it).
 //   - tls.caFile (default: the system roots): PEM bundle of the CAs of the
 //     server certificate. tls.certFile + tls.keyFile (both or neither): the
 //     PEM client certificate and key, for mTLS. tls.serverName (default: the
@@ -258,6 +268,15 @@
 // the file as a whole have no path ("config.yaml:3: invalid YAML: ...",
 // "config.yaml: empty configuration file"). A Config built in Go has no
 // file or lines: its problems print as "path: message".
+//
+// A URL is never printed with what may be credentials in it: RedactURL
+// replaces everything between its scheme and the last '@' with "xxxxx",
+// whatever the URL's shape ("nats://xxxxx@host:4222"; for a list with an
+// '@', the servers before it are hidden too, since a password may hold a
+// comma). RedactError does the same for connection errors.
+//
+// Config.Warnings lists what is accepted but worth a warning, in the same
+// format ("config.yaml:9: nats.allowPlaintextCredentials: ...").
 //
 // Decoding problems (syntax, unknown or duplicate keys, wrong types) come
 // first, in file order, followed by validation problems in key order.

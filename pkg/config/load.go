@@ -143,6 +143,7 @@ func withSource(ps []Problem, source string) *ValidationError {
 //
 //	Checking config.yaml
 //	  SUCCESS
+//	  WARNING: config.yaml:9: nats.allowPlaintextCredentials: "nats://nats:4222" is not TLS, …
 //	Checking bad.yaml
 //	  FAILED:
 //	    bad.yaml:3: nats.url: required
@@ -153,9 +154,12 @@ func CheckFiles(w io.Writer, paths ...string) bool {
 	ok := true
 	for _, path := range paths {
 		fmt.Fprintf(w, "Checking %s\n", path)
-		err := checkFile(path)
+		cfg, err := checkFile(path)
 		if err == nil {
 			fmt.Fprintln(w, "  SUCCESS")
+			for _, p := range cfg.Warnings() {
+				fmt.Fprintf(w, "  WARNING: %s\n", p.Error())
+			}
 			continue
 		}
 		ok = false
@@ -175,11 +179,10 @@ func CheckFiles(w io.Writer, paths ...string) bool {
 	return ok
 }
 
-func checkFile(path string) error {
+func checkFile(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = Parse(data, path)
-	return err
+	return Parse(data, path)
 }

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -172,27 +171,7 @@ func (v *validator) sharding(c *Config) {
 }
 
 func (v *validator) nats(n *NATS) {
-	if strings.TrimSpace(n.URL) == "" {
-		v.add("nats.url", "required")
-	} else {
-		empty := false
-		var redacted []string
-		for u := range strings.SplitSeq(n.URL, ",") {
-			redacted = append(redacted, RedactURL(u))
-			u = strings.TrimSpace(u)
-			if u == "" {
-				empty = true
-				continue
-			}
-			if msg := checkNATSURL(u); msg != "" {
-				v.add("nats.url", "%s", msg)
-			}
-		}
-		if empty {
-			v.add("nats.url", "empty entry in the comma-separated list %q", strings.Join(redacted, ","))
-		}
-	}
-	v.natsAuth(n)
+	v.natsConnection(n)
 	v.positive("nats.publishTimeout", n.PublishTimeout)
 	v.intRange("nats.maxInFlight", n.MaxInFlight, 1, 65536)
 	v.intRange("nats.maxInFlightBytes", n.MaxInFlightBytes, 1<<20, 1<<40)
@@ -284,61 +263,6 @@ func (v *validator) pair(keyA, a, keyB, b string) {
 	case a == "" && b != "":
 		v.add(keyA, "required with %s", keyB)
 	}
-}
-
-// checkNATSURL returns what is wrong with one server URL, or "". The URL is
-// echoed with any credentials in it redacted.
-func checkNATSURL(raw string) string {
-	shown := RedactURL(raw)
-	u, err := url.Parse(raw)
-	if err != nil || u.Opaque != "" {
-		return fmt.Sprintf("%q is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])", shown)
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "nats", "tls", "ws", "wss":
-	default:
-		return fmt.Sprintf("%q is not a valid server URL (must be nats://, tls://, ws:// or wss://host[:port])", shown)
-	}
-	if u.User != nil {
-		return fmt.Sprintf("%q contains credentials (use nats.credentialsFile, nats.nkeySeedFile, nats.tokenFile or nats.userFile)", shown)
-	}
-	if u.Hostname() == "" {
-		return fmt.Sprintf("%q has no host", shown)
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Sprintf("%q has an invalid port", shown)
-		}
-	}
-	return ""
-}
-
-// RedactURL returns raw with the user information of a URL (a token, or a
-// user and password) replaced by "xxxxx", so that it can be echoed in
-// errors and logs; it works on text that does not parse as a URL too.
-// Everything else is kept.
-func RedactURL(raw string) string {
-	rest, scheme := raw, ""
-	if i := strings.Index(raw, "://"); i >= 0 {
-		scheme, rest = raw[:i+3], raw[i+3:]
-	}
-	// The authority ends at the first '/', '?' or '#'; user information is
-	// what comes before its last '@'.
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return raw
-	}
-	user := rest[:at]
-	if name, _, ok := strings.Cut(user, ":"); ok {
-		user = name + ":xxxxx"
-	} else {
-		user = "xxxxx"
-	}
-	return scheme + user + rest[at:]
 }
 
 func (v *validator) checkpoint(c *Checkpoint) {

@@ -8,6 +8,12 @@
 // so a rotated Kubernetes Secret is picked up without a restart. An error
 // reading or parsing a file names the config key and the path.
 //
+// New refuses a nats block that config.NATS.ValidateConnection refuses,
+// so credentials never go to NATS over a connection that is not TLS unless
+// nats.allowPlaintextCredentials says so. No message of a Conn (errors,
+// Reason, the log) shows the credentials a URL may hold
+// (config.RedactError).
+//
 // Dial keeps trying until the first connection succeeds, building the
 // options anew at each attempt (so that a seed of another NKey user, or a
 // file that appears late, is used); Reason says meanwhile why relayd is not
@@ -20,6 +26,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -70,10 +77,14 @@ type Conn struct {
 	reconnectFailures *retry.Failures
 }
 
-// New returns a Conn; it does no I/O.
+// New returns a Conn; it does no I/O. The connection keys of Config must
+// pass config.NATS.ValidateConnection.
 func New(o Options) (*Conn, error) {
 	if o.Config == nil {
 		return nil, errors.New("natsconn: Options.Config is required")
+	}
+	if err := o.Config.ValidateConnection(); err != nil {
+		return nil, fmt.Errorf("natsconn: %w", err)
 	}
 	if o.Name == "" {
 		o.Name = o.Config.Name
@@ -197,11 +208,11 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 				err = errors.New("disconnected")
 			}
 			c.setReason(Explain(c.o.Config, err))
-			c.log.Warn("disconnected from NATS; publishes are held back until it returns", zap.Error(err))
+			c.log.Warn("disconnected from NATS; publishes are held back until it returns", zap.String("error", config.RedactError(err, c.o.Config.URL)))
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { c.notify() }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			c.log.Warn("NATS async error", zap.Error(err))
+			c.log.Warn("NATS async error", zap.String("error", config.RedactError(err, c.o.Config.URL)))
 		}),
 	)
 	opts = append(opts, c.o.Extra...)
@@ -408,16 +419,21 @@ func tlsOption(t *config.TLS) (nats.Option, error) {
 // concerns: the server's refusal of the credentials names the key that
 // holds them, a certificate the client does not trust names
 // nats.tls.caFile (or serverName), one the server refused names the client
-// certificate. Errors of relayd's own file handling already name their key.
+// certificate, a URL nats.go cannot parse names nats.url. Errors of
+// relayd's own file handling already name their key. The message never
+// shows the credentials a URL may hold (config.RedactError).
 func Explain(n *config.NATS, err error) string {
-	msg := err.Error()
+	msg := config.RedactError(err, n.URL)
 	low := strings.ToLower(msg)
 	var unknownCA x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
 	var invalid x509.CertificateInvalidError
+	var urlErr *url.Error
 	switch {
 	case strings.HasPrefix(msg, "nats."):
 		return msg
+	case errors.As(err, &urlErr):
+		return fmt.Sprintf("%s (check nats.url)", msg)
 	case errors.As(err, &hostErr), strings.Contains(low, "x509: certificate is valid for"):
 		return fmt.Sprintf("TLS: the server certificate is not valid for this name (check nats.url or nats.tls.serverName): %s", msg)
 	case errors.As(err, &unknownCA), errors.As(err, &invalid), strings.Contains(low, "x509:"):

@@ -31,6 +31,11 @@ const cmSource = `
     kind: ConfigMap
     namespaces: [$NS]`
 
+// plainOnLoopback accepts the credentials of the tests below on the test
+// server's plain connection (127.0.0.1): relayd refuses credentials
+// without TLS otherwise (TestTLS and TestMutualTLS cover TLS).
+const plainOnLoopback = "\n  allowPlaintextCredentials: true"
+
 // writeFile writes a (secret) file for relayd to read.
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
@@ -201,7 +206,7 @@ func TestNKeyUser(t *testing.T) {
 	f := newFixture(t, env, n, cmSource, adminOpt)
 	seed := filepath.Join(t.TempDir(), "seed")
 	copyFile(t, wrongSeed, seed)
-	f.setNATS("  nkeySeedFile: " + seed)
+	f.setNATS("  nkeySeedFile: " + seed + plainOnLoopback)
 	r := f.start(nil, false)
 	t.Logf("/readyz: %s", r.unreadyBecause(f, "NATS not connected", "nats.nkeySeedFile "+seed, "uthorization"))
 	cm := f.createCM("while-refused", nil, nil)
@@ -217,7 +222,7 @@ func TestUserPassword(t *testing.T) {
 	user, pass := filepath.Join(dir, "username"), filepath.Join(dir, "password")
 	writeFile(t, user, "relayd\n")
 	writeFile(t, pass, "wrong\n")
-	f.setNATS(fmt.Sprintf("  userFile: %s\n  passwordFile: %s", user, pass))
+	f.setNATS(fmt.Sprintf("  userFile: %s\n  passwordFile: %s", user, pass) + plainOnLoopback)
 	r := f.start(nil, false)
 	body := r.unreadyBecause(f, "NATS not connected", "nats.passwordFile "+pass, "uthorization")
 	if strings.Contains(body, "wrong") || strings.Contains(body, "right") {
@@ -242,7 +247,7 @@ func TestTokenRotation(t *testing.T) {
 		b, _ := os.ReadFile(tok)
 		return strings.TrimSpace(string(b))
 	}), nats.IgnoreAuthErrorAbort())
-	f.setNATS("  tokenFile: " + tok)
+	f.setNATS("  tokenFile: " + tok + plainOnLoopback)
 	r := f.start(nil, true)
 	before := f.createCM("before", nil, nil)
 	f.waitStored(30*time.Second, isEvent("added", before.Name, before.ResourceVersion))
@@ -303,7 +308,7 @@ func TestOperatorModeCreds(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, env, n, cmSource, nats.UserCredentials(adminCreds))
-	f.setNATS("  credentialsFile: " + creds)
+	f.setNATS("  credentialsFile: " + creds + plainOnLoopback)
 	f.start(nil, true)
 	f.relays("a")
 	// The admin is in the same account: it sees the stream and bucket.

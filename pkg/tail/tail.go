@@ -7,7 +7,8 @@
 // `relayd tail -c` passes those of the config's nats block, from
 // pkg/natsconn), and reaches JetStream through Options.JetStream (the
 // configured JetStream domain). A failed first connection is a
-// *ConnectError, whose message never shows the credentials a URL may hold.
+// *ConnectError, whose message never shows the credentials a URL may hold
+// (config.RedactURL, config.RedactError).
 package tail
 
 import (
@@ -90,19 +91,16 @@ type ConnectError struct {
 	Err error  // from nats.Connect
 }
 
-// Error names the URL as RedactedURL does.
+// Error names the URL as RedactedURL does, and nats.go's error as
+// config.RedactError shows it.
 func (e *ConnectError) Error() string {
-	return fmt.Sprintf("tail: connect to %s: %v", e.RedactedURL(), e.Err)
+	return fmt.Sprintf("tail: connect to %s: %s", e.RedactedURL(), config.RedactError(e.Err, e.URL))
 }
 
-// RedactedURL is URL with the user information (a token, or a user and
-// password) of each of its comma-separated URLs replaced by "xxxxx".
+// RedactedURL is URL as config.RedactURL shows it: without anything that
+// may be credentials.
 func (e *ConnectError) RedactedURL() string {
-	urls := strings.Split(e.URL, ",")
-	for i, u := range urls {
-		urls[i] = config.RedactURL(strings.TrimSpace(u))
-	}
-	return strings.Join(urls, ",")
+	return config.RedactURL(strings.TrimSpace(e.URL))
 }
 
 func (e *ConnectError) Unwrap() error { return e.Err }

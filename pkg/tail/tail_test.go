@@ -139,7 +139,8 @@ func TestRunJetStreamOptionAndConnectError(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, nats.ErrNoServers) {
 		t.Fatalf("closed ports: %v, want a *ConnectError", err)
 	}
-	if want := "nats://relayd:xxxxx@127.0.0.1:1,nats://xxxxx@127.0.0.1:2"; ce.RedactedURL() != want || !strings.Contains(err.Error(), want) ||
+	// Everything up to the last '@' is hidden (a password may hold a comma).
+	if want := "nats://xxxxx@127.0.0.1:2"; ce.RedactedURL() != want || !strings.Contains(err.Error(), want) ||
 		strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "t0ken") {
 		t.Errorf("error %q, want the URLs as %s", err, want)
 	}

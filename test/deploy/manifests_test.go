@@ -599,8 +599,10 @@ var secretFromFile = regexp.MustCompile(`--from-file=([^\s\\]+)`)
 // relayd's group only and by nobody else; its config passes `relayd
 // check-config`, uses TLS, an NKey and the inbox prefix docs/DEPLOY.md
 // grants, reads every file of its nats block from that mount, each one a
-// key of the documented `kubectl create secret` command; and it is the
-// base's config but for the nats connection settings.
+// key of the documented `kubectl create secret` command, does not create
+// the stream (so relayd's user needs no STREAM.UPDATE) and draws no
+// warning; and it is the base's config but for the nats connection
+// settings and nats.stream.create.
 func TestNATSSecureOverlay(t *testing.T) {
 	base, b := loadBundle(t, baseDir), loadBundle(t, natsSecureDir)
 	if secrets := ofKind(b.objs, "Secret"); len(secrets) > 0 {
@@ -646,6 +648,9 @@ func TestNATSSecureOverlay(t *testing.T) {
 	if n.TLS.CAFile == "" || n.TLS.CertFile == "" || n.TLS.KeyFile == "" || n.NkeySeedFile == "" {
 		t.Errorf("want nats.tls.caFile, certFile, keyFile and nats.nkeySeedFile set: %+v", n)
 	}
+	if n.Stream.Create || n.AllowPlaintextCredentials {
+		t.Errorf("nats.stream.create %v, nats.allowPlaintextCredentials %v: want both false", n.Stream.Create, n.AllowPlaintextCredentials)
+	}
 	docPerms := docNATSPermissions(t)
 	if n.InboxPrefix == "" || !slices.Contains(docPerms.sub, n.InboxPrefix+".>") {
 		t.Errorf("nats.inboxPrefix %q; docs/DEPLOY.md grants subscribe on %v", n.InboxPrefix, docPerms.sub)
@@ -688,19 +693,23 @@ func TestNATSSecureOverlay(t *testing.T) {
 	if err := os.WriteFile(f, []byte(b.configMap.Data[b.configKey]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(relaydBin(t), "check-config", "-c", f).CombinedOutput(); err != nil || !strings.Contains(string(out), "SUCCESS") {
+	if out, err := exec.Command(relaydBin(t), "check-config", "-c", f).CombinedOutput(); err != nil || !strings.Contains(string(out), "SUCCESS") ||
+		strings.Contains(string(out), "WARNING") {
 		t.Errorf("relayd check-config on the overlay's config: %v\n%s", err, out)
 	}
 
-	// The base's config but for the connection settings.
+	// The base's config but for the connection settings and stream.create.
 	strip := func(doc string) map[string]any {
 		var m map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
 			t.Fatal(err)
 		}
 		nats, _ := m["nats"].(map[string]any)
-		for _, k := range []string{"url", "credentialsFile", "nkeySeedFile", "tokenFile", "userFile", "passwordFile", "tls", "jsDomain", "inboxPrefix"} {
+		for _, k := range []string{"url", "credentialsFile", "nkeySeedFile", "tokenFile", "userFile", "passwordFile", "allowPlaintextCredentials", "tls", "jsDomain", "inboxPrefix"} {
 			delete(nats, k)
+		}
+		if s, ok := nats["stream"].(map[string]any); ok {
+			delete(s, "create")
 		}
 		return m
 	}

@@ -274,6 +274,7 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 	}
 	in := newInstallOf(t, env, srv.URL(), baseDir, func(root *yaml.Node) {
 		setKey(t, mapValue(t, root, "nats"), "tokenFile", tokenFile)
+		plainOnLoopback(t, root)
 	})
 	b, ctx := in.b, t.Context()
 	if inbox := b.cfg.NATS.InboxPrefix + ".>"; b.cfg.NATS.InboxPrefix == "" || !slices.Contains(perms.sub, inbox) {

@@ -22,8 +22,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/index"
 )
 
@@ -96,7 +98,17 @@ func userPasswordFiles(t *testing.T, user, password string) func(root *yaml.Node
 		n := mapValue(t, root, "nats")
 		setKey(t, n, "userFile", userFile)
 		setKey(t, n, "passwordFile", passwordFile)
+		plainOnLoopback(t, root)
 	}
+}
+
+// plainOnLoopback sets nats.allowPlaintextCredentials: the test servers
+// of the permission tests listen on 127.0.0.1 without TLS, and relayd
+// refuses credentials without TLS otherwise. relayOnce checks that relayd
+// warned about it.
+func plainOnLoopback(t testing.TB, root *yaml.Node) {
+	t.Helper()
+	setBool(t, root, true, "nats", "allowPlaintextCredentials")
 }
 
 // setBool sets the boolean at the path of mapping keys below m, adding the
@@ -157,7 +169,44 @@ func relayOnce(t *testing.T, in *install, js jetstream.JetStream) *jetstream.Raw
 	if vs := violations(logs); len(vs) > 0 {
 		t.Fatalf("NATS refused relayd:\n%s", strings.Join(vs, "\n"))
 	}
+	checkConfigWarnings(t, in, logs)
 	return msg
+}
+
+// checkConfigWarnings fails the test unless relayd logged at start exactly
+// the warnings of the config it ran with (config.Warnings: credentials
+// accepted on a connection without TLS), each once.
+func checkConfigWarnings(t *testing.T, in *install, logs []string) {
+	t.Helper()
+	doc, _, err := unstructured.NestedString(in.configObject(t).Object, "data", in.b.configKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(doc), "config.yaml")
+	if err != nil {
+		t.Fatalf("the config relayd ran with: %v", err)
+	}
+	var logged []string
+	for _, l := range logs {
+		var e struct{ Msg, Warning string }
+		if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "config warning" {
+			logged = append(logged, e.Warning)
+		}
+	}
+	ws := cfg.Warnings()
+	if len(logged) != len(ws) {
+		t.Fatalf("relayd logged %d config warnings, want %d (%v):\n%s", len(logged), len(ws), ws, strings.Join(logged, "\n"))
+	}
+	for i, w := range ws {
+		// The file is where the test put it; the line, key and message
+		// are the config's.
+		if _, after, _ := strings.Cut(w.Error(), "config.yaml"); !strings.HasSuffix(logged[i], after) {
+			t.Errorf("relayd logged the warning %q, want …%s", logged[i], after)
+		}
+	}
+	if len(ws) > 0 {
+		t.Logf("relayd warned: %s", logged[0])
+	}
 }
 
 // rawRefusal matches a refusal as nats.go hands it to the error handler.
@@ -323,6 +372,7 @@ func TestNATSPermissionsOperatorMode(t *testing.T) {
 	srv := testenv.NATST(t, testenv.NATSOptions{Operator: op})
 	in := newInstallOf(t, env, srv.URL(), baseDir, func(root *yaml.Node) {
 		setKey(t, mapValue(t, root, "nats"), "credentialsFile", creds)
+		plainOnLoopback(t, root)
 	})
 	js := adminJetStream(t, srv.URL(), nats.UserCredentials(adminCreds))
 	msg := relayOnce(t, in, js)
@@ -664,16 +714,51 @@ func TestNATSConsumerPermissions(t *testing.T) {
 	}
 }
 
+// createOnlyFor matches a subject line of relayd's block marked
+// "# create only: <key>".
+var createOnlyFor = regexp.MustCompile(`(?m)^[ \t]*"([^"]+)"[ \t]*# create only: (\S+)`)
+
+// createOnlyBy lists the subjects of relayd's block of docs/DEPLOY.md
+// marked "# create only: key".
+func createOnlyBy(t *testing.T, key string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range createOnlyFor.FindAllStringSubmatch(docBlock(t, relaydPermsBlock), -1) {
+		if m[2] == key {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
 // TestNATSSecureOverlayConnects runs deploy/overlays/nats-secure's config
 // as rendered, its Secret's files standing in a folder, against a server
 // that requires TLS with client certificates (the overlay's caFile,
 // certFile and keyFile) and knows relayd as an NKey user (nkeySeedFile)
-// with the permissions of docs/DEPLOY.md: relayd connects and relays a
-// change, without any refusal.
+// with the permissions of docs/DEPLOY.md minus the lines marked "# create
+// only: nats.stream.create" (the overlay sets it false; the stream is
+// created beforehand, as an administrator would): relayd connects and
+// relays a change, without any refusal and without a config warning, and
+// leaves the stream as it was; relayd's credentials cannot change it
+// (STREAM.UPDATE is not granted, and refused).
 func TestNATSSecureOverlayConnects(t *testing.T) {
 	perms := docNATSPermissions(t)
 	sb := loadBundle(t, natsSecureDir)
 	mount := natsSecretMount(t, sb)
+	name := sb.cfg.NATS.Stream.Name
+	if sb.cfg.NATS.Stream.Create {
+		t.Fatal("the overlay sets nats.stream.create: relayd's user would need STREAM.CREATE and STREAM.UPDATE on its stream")
+	}
+	streamOnly := createOnlyBy(t, "nats.stream.create")
+	grant := slices.DeleteFunc(slices.Clone(perms.pub), func(s string) bool { return slices.Contains(streamOnly, s) })
+	for _, s := range grant {
+		if s == "$JS.API.STREAM.UPDATE."+name || s == "$JS.API.STREAM.CREATE."+name {
+			t.Fatalf("docs/DEPLOY.md grants %s without marking it \"# create only: nats.stream.create\"", s)
+		}
+	}
+	if len(streamOnly) == 0 {
+		t.Fatal(`docs/DEPLOY.md marks no subject "# create only: nats.stream.create"`)
+	}
 	tmp := t.TempDir()
 	pki, err := testenv.NewPKI(mkdir(t, filepath.Join(tmp, "pki")))
 	if err != nil {
@@ -700,7 +785,7 @@ func TestNATSSecureOverlayConnects(t *testing.T) {
 	}
 	srv := testenv.NATST(t, testenv.NATSOptions{
 		TLS:   &testenv.NATSTLS{CertFile: pki.ServerCertFile, KeyFile: pki.ServerKeyFile, CAFile: pki.CAFile, Verify: true},
-		Nkeys: []*server.NkeyUser{{Nkey: pub, Permissions: &server.Permissions{Publish: allowOnly(perms.pub), Subscribe: allowOnly(perms.sub)}}},
+		Nkeys: []*server.NkeyUser{{Nkey: pub, Permissions: &server.Permissions{Publish: allowOnly(grant), Subscribe: allowOnly(perms.sub)}}},
 		Users: []*server.User{{Username: "admin", Password: "admin"}},
 	})
 	in := newInstallOf(t, env, srv.URL(), natsSecureDir, func(root *yaml.Node) {
@@ -716,7 +801,53 @@ func TestNATSSecureOverlayConnects(t *testing.T) {
 		}
 		walk(mapValue(t, root, "nats"))
 	})
-	js := adminJetStream(t, srv.URL(), nats.UserInfo("admin", "admin"), nats.RootCAs(pki.CAFile), nats.ClientCert(pki.ClientCertFile, pki.ClientKeyFile))
+	tlsOpts := []nats.Option{nats.RootCAs(pki.CAFile), nats.ClientCert(pki.ClientCertFile, pki.ClientKeyFile)}
+	js := adminJetStream(t, srv.URL(), append(tlsOpts, nats.UserInfo("admin", "admin"))...)
+	ctx := t.Context()
+	// The stream as an administrator creates it (as relayd would).
+	if _, err := js.CreateStream(ctx, wantStream(in.b).Config()); err != nil {
+		t.Fatal(err)
+	}
+	streamConfig := func() jetstream.StreamConfig {
+		t.Helper()
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config
+	}
+	before := streamConfig()
 	msg := relayOnce(t, in, js)
-	t.Logf("the nats-secure overlay's config (mTLS, NKey user, inbox prefix %s) relayed %s", in.b.cfg.NATS.InboxPrefix, msg.Subject)
+	if after := streamConfig(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("relayd changed the stream:\nbefore %+v\nafter  %+v", before, after)
+	}
+	t.Logf("the nats-secure overlay's config (mTLS, NKey user, inbox prefix %s, without %q) relayed %s", in.b.cfg.NATS.InboxPrefix, streamOnly, msg.Subject)
+
+	// relayd's credentials: an update of the stream is refused.
+	nkey, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := &asyncErrors{}
+	nc, err := nats.Connect(srv.URL(), append(tlsOpts, nkey, nats.CustomInboxPrefix(n.InboxPrefix), nats.ErrorHandler(errs.handler))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	shrunk := before
+	shrunk.MaxAge = time.Minute
+	req, err := json.Marshal(shrunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "$JS.API.STREAM.UPDATE." + name
+	if reply, err := nc.Request(subject, req, 3*time.Second); err == nil {
+		t.Fatalf("%s with relayd's credentials was answered: %s", subject, reply.Data)
+	}
+	if errs.refused("Publish", subject) == "" {
+		t.Fatalf("%s: no permissions violation reported: %v", subject, errs)
+	}
+	if after := streamConfig(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("the refused update changed the stream: maxAge %v, was %v", after.MaxAge, before.MaxAge)
+	}
 }
