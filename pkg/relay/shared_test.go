@@ -79,7 +79,8 @@ func TestTwoClustersShareOneStream(t *testing.T) {
 	cm("b3", "b")
 	fa.deleteCM("b2")
 	n1 = fa.updateCM(n1, "v", "2")
-	fa.waitStored(30*time.Second, onCluster(fa.cluster, isEvent("modified", "n1", n1.ResourceVersion)),
+	fa.waitStored(30*time.Second, onCluster(fa.cluster, isEvent("modified", "a1", a1.ResourceVersion)),
+		onCluster(fa.cluster, isEvent("modified", "n1", n1.ResourceVersion)),
 		onCluster(fb.cluster, isEvent("modified", "n1", n1.ResourceVersion)), onCluster(fb.cluster, isEvent("deleted", "b2", "")))
 	fa.eventually(20*time.Second, "A's checkpoint with a stream sequence", func() error {
 		if p := fa.checkpoints()["cms."+fa.ns]; p.StreamSeq == 0 {
