@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"os"
 )
 
 // MinFingerprintKeyLen is the shortest key NewFingerprintKey accepts, in
@@ -34,6 +35,23 @@ type FingerprintKey struct {
 // keyIDLabel is what the key identifier is the HMAC of. Fingerprinted bytes
 // always start with '{', so no fingerprint input equals it.
 const keyIDLabel = "relayd fingerprint key id"
+
+// ReadFingerprintKey reads the key from the file at path (NewFingerprintKey
+// of its contents); nil, and no error, when path is "".
+func ReadFingerprintKey(path string) (*FingerprintKey, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	k, err := NewFingerprintKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
+}
 
 // NewFingerprintKey returns the key held in secret (the contents of a key
 // file), with surrounding whitespace (a trailing newline) trimmed. It must

@@ -281,7 +281,7 @@ func TestBadFingerprintKeyFile(t *testing.T) {
 	missing := filepath.Join(dir, "missing")
 	for path, want := range map[string]string{
 		missing: "nats.index.fingerprintKeyFile: open " + missing + ": no such file or directory",
-		short:   "nats.index.fingerprintKeyFile " + short + ": the key is 4 bytes (surrounding whitespace trimmed); it must be at least 16, e.g. the output of `openssl rand -hex 32`",
+		short:   "nats.index.fingerprintKeyFile: " + short + ": the key is 4 bytes (surrounding whitespace trimmed); it must be at least 16, e.g. the output of `openssl rand -hex 32`",
 	} {
 		cfg, err := config.Parse([]byte(`
 cluster: c

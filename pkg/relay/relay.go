@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -182,8 +181,8 @@ func newRelay(o Options) (*relay, error) {
 		return nil, fmt.Errorf("relay: register metrics: %w", err)
 	}
 	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]running{}, ready: newConditions()}
-	if r.fpKey, err = readFingerprintKey(r.cfg.NATS.Index.FingerprintKeyFile); err != nil {
-		return nil, err
+	if r.fpKey, err = event.ReadFingerprintKey(r.cfg.NATS.Index.FingerprintKeyFile); err != nil {
+		return nil, fmt.Errorf("nats.index.fingerprintKeyFile: %w", err)
 	}
 	for i := range r.cfg.Sources {
 		r.m.InitSource(r.cfg.Sources[i].Name)
@@ -204,23 +203,6 @@ func newRelay(o Options) (*relay, error) {
 		return nil, err
 	}
 	return r, nil
-}
-
-// readFingerprintKey reads the key of the fingerprints from path
-// (nats.index.fingerprintKeyFile); nil when path is "".
-func readFingerprintKey(path string) (*event.FingerprintKey, error) {
-	if path == "" {
-		return nil, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("nats.index.fingerprintKeyFile: %w", err)
-	}
-	k, err := event.NewFingerprintKey(data)
-	if err != nil {
-		return nil, fmt.Errorf("nats.index.fingerprintKeyFile %s: %w", path, err)
-	}
-	return k, nil
 }
 
 // run starts relayd's components as one run group, in this order: the
