@@ -233,6 +233,7 @@ func (m *Metrics) InitSource(source string) {
 	m.PublishErrors.WithLabelValues(source, "error")
 	m.Duplicates.WithLabelValues(source)
 	m.Oversize.WithLabelValues(source)
+	m.ForeignMessages.WithLabelValues(source)
 	m.CheckpointAge.Init(source)
 	m.SourceUp.WithLabelValues(source)
 	m.SourceLeader.WithLabelValues(source)

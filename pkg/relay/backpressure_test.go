@@ -226,9 +226,9 @@ func (f *fixture) storedHeaders() []storedChange {
 			}
 			seq = md.Sequence.Stream
 			typ := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
-			parts := strings.Split(m.Headers().Get(jetstream.MsgIDHeader), "/")
-			if (typ == "added" || typ == "modified" || typ == "deleted") && len(parts) >= 3 {
-				out = append(out, storedChange{change{parts[1], parts[2], typ}, seq})
+			parts := strings.Split(m.Headers().Get(jetstream.MsgIDHeader), "/") // <prefix>.<cluster>/<source>/<uid>/<rv>…
+			if (typ == "added" || typ == "modified" || typ == "deleted") && len(parts) >= 4 {
+				out = append(out, storedChange{change{parts[2], parts[3], typ}, seq})
 			}
 		}
 		if err := batch.Error(); err != nil {

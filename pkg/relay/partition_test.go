@@ -843,7 +843,8 @@ func (n *natsTap) record(at time.Time, subject string, hdr []byte) {
 		src, _, _ = strings.Cut(key, ".")
 	} else if id := headerValue(hdr, "Nats-Msg-Id"); id != "" {
 		what = id
-		src, _, _ = strings.Cut(id, "/")
+		_, rest, _ := strings.Cut(id, "/") // <prefix>.<cluster>/<source>/…
+		src, _, _ = strings.Cut(rest, "/")
 	} else {
 		return // JetStream API requests and the like: no source's
 	}

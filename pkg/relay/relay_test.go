@@ -93,7 +93,7 @@ func everyEventType(t *testing.T, e *testenv.Env) {
 		if strings.HasSuffix(e.Type, ".deleted") {
 			wantID += "/deleted"
 		}
-		if e.ID != wantID || m.MsgID != e.RelaydSource+"/"+wantID {
+		if e.ID != wantID || m.MsgID != "k8s."+f.cluster+"/"+e.RelaydSource+"/"+wantID {
 			t.Errorf("%s: id %q msgid %q, want %q", m.Subject, e.ID, m.MsgID, wantID)
 		}
 		wantOrigin := "watch"
