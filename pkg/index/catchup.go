@@ -91,7 +91,8 @@ type CatchUpResult struct {
 // whose last version never reached the bucket would go unreported, or be
 // reported with an older resourceVersion than one already published. So,
 // before anything else, every message of the watch on the stream from
-// c.From on is applied to x, in stream order (per object that is publish
+// c.From on (read on relayd's own subjects, written by relayd itself: see
+// StreamReader) is applied to x, in stream order (per object that is publish
 // order); the objects whose entry ends up different from the bucket's are
 // returned as Fixes, once each (written message by message, an object seen
 // several times would be written back through its older versions).
