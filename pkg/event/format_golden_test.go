@@ -180,22 +180,29 @@ func goldenEvents() []goldenEvent {
 	}
 }
 
+// encode builds g's message with an encoder of g's options, which it returns
+// too.
+func (g goldenEvent) encode(t *testing.T) (*event.Encoder, event.Message) {
+	t.Helper()
+	enc, err := event.NewEncoder(g.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.change == nil {
+		return enc, enc.Control(g.sync)
+	}
+	msg, err := enc.Encode(g.change)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return enc, msg
+}
+
 func TestEventGoldenFiles(t *testing.T) {
 	for _, g := range goldenEvents() {
 		t.Run(g.file, func(t *testing.T) {
 			path := filepath.Join("testdata", "golden", g.file)
-			enc, err := event.NewEncoder(g.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var msg event.Message
-			if g.change != nil {
-				if msg, err = enc.Encode(g.change); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				msg = enc.Control(g.sync)
-			}
+			enc, msg := g.encode(t)
 			written := renderMessage(msg)
 			// The current code writes the golden bytes.
 			golden := testutil.Golden(t, path, written, *update, "the event format")
@@ -248,18 +255,7 @@ func TestEventGoldenFiles(t *testing.T) {
 func TestLegacyMsgIDReproducesOlderVersion(t *testing.T) {
 	for _, g := range goldenEvents() {
 		t.Run(g.file, func(t *testing.T) {
-			enc, err := event.NewEncoder(g.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var msg event.Message
-			if g.change != nil {
-				if msg, err = enc.Encode(g.change); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				msg = enc.Control(g.sync)
-			}
+			enc, msg := g.encode(t)
 			if got := enc.ID(&msg); got != g.want.ID {
 				t.Errorf("ID = %q, want the CloudEvents id %q", got, g.want.ID)
 			}

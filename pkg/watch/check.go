@@ -84,7 +84,7 @@ func (w *Watch) checkIndexOnce(ctx context.Context, rv string) error {
 		name string
 		x    *index.Index
 	}{{fmt.Sprintf("the index bucket %q", b.Name()), stored}, {"the in-memory index", w.ix.idx}} {
-		if err := compareIndex(ix.name, ix.x, listed, rv, w.fingerprint); err != nil {
+		if err := compareIndex(ix.name, ix.x, listed, rv, w.fp != nil); err != nil {
 			return err
 		}
 	}
@@ -142,7 +142,7 @@ func (w *Watch) listAt(ctx context.Context, rv string) ([]listedObject, error) {
 				continue
 			}
 			l := listedObject{meta: o.Meta}
-			if w.fingerprint {
+			if w.fp != nil {
 				l.fingerprint = w.fp.Fingerprint(&o)
 			}
 			out = append(out, l)

@@ -86,7 +86,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		return nil
 	}
 	obj := index.Object{UID: meta.UID, Namespace: meta.Namespace, Name: meta.Name, ResourceVersion: meta.ResourceVersion}
-	if w.fingerprint {
+	if w.fp != nil {
 		obj.Fingerprint = w.fp.Fingerprint(&it.Object)
 	}
 	c := w.classify(it, obj)

@@ -131,12 +131,13 @@ type Watch struct {
 	key string
 	log *zap.Logger
 
-	filter      map[event.Type]bool
-	fingerprint bool                 // the source has ignoreChanges: objects get fingerprints
-	fp          *event.Fingerprinter // computes them (Options.FingerprintKey); the Run goroutine's
-	trackedG    prometheus.Gauge
-	filtered    prometheus.Counter
-	suppressed  prometheus.Counter
+	filter map[event.Type]bool
+	// fp computes the objects' fingerprints (Options.FingerprintKey) when
+	// the source has ignoreChanges, nil otherwise; the Run goroutine's.
+	fp         *event.Fingerprinter
+	trackedG   prometheus.Gauge
+	filtered   prometheus.Counter
+	suppressed prometheus.Counter
 
 	restarts    *retry.Failures // logs the restarts
 	established atomic.Bool
@@ -184,14 +185,13 @@ func New(o Options) *Watch {
 	}
 	w := &Watch{
 		o: o, key: checkpoint.Key(src.Name, o.Namespace), filter: filter,
-		log:         o.Logger.With(zap.String("source", src.Name), zap.String("namespace", o.Namespace)),
-		fingerprint: o.Shaping != nil && len(src.IgnoreChanges) > 0,
-		trackedG:    o.Metrics.TrackedObjects.WithLabelValues(src.Name),
-		filtered:    o.Metrics.EventsFiltered.WithLabelValues(src.Name),
-		suppressed:  o.Metrics.EventsSuppressed.WithLabelValues(src.Name),
-		ix:          indexState{prefix: index.Prefix(src.Name, o.Namespace)},
+		log:        o.Logger.With(zap.String("source", src.Name), zap.String("namespace", o.Namespace)),
+		trackedG:   o.Metrics.TrackedObjects.WithLabelValues(src.Name),
+		filtered:   o.Metrics.EventsFiltered.WithLabelValues(src.Name),
+		suppressed: o.Metrics.EventsSuppressed.WithLabelValues(src.Name),
+		ix:         indexState{prefix: index.Prefix(src.Name, o.Namespace)},
 	}
-	if w.fingerprint {
+	if o.Shaping != nil && len(src.IgnoreChanges) > 0 {
 		w.fp = event.NewFingerprinter(o.FingerprintKey)
 	}
 	w.restarts = retry.NewFailures(w.log, "source stopped; restarting", retry.LogChanges())
