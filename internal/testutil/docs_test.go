@@ -115,7 +115,7 @@ func TestDocFiguresNameTheirCommit(t *testing.T) {
 		rel, _ := filepath.Rel(root, f)
 		for _, bad := range datedFigures(string(b)) {
 			t.Errorf("%s:%d states a figure %q \"%s\" without the commit it was measured at (say at which commit, or re-measure and say so): %s",
-				rel, bad.line, figureRE.FindString(bad.text), presentRE.FindString(bad.text), excerpt(bad.text))
+				rel, bad.line, strings.TrimLeft(figureRE.FindString(bad.text), " ("), presentRE.FindString(bad.text), excerpt(bad.text))
 		}
 	}
 }
