@@ -236,8 +236,8 @@ func TestReportGoals(t *testing.T) {
 		name: "a missing side: not measured",
 		r:    &Report{Capacity: capacity(3000, -1, 1000, -1)},
 		want: []want{
-			{prefix: dynPods, notMeasured: true, miss: "the denominator's consumer has no figure"},
-			{prefix: shaped, notMeasured: true, miss: "the numerator's consumer has no figure"},
+			{prefix: dynPods, notMeasured: true, miss: "not measured: no figure for dynamic on pods"},
+			{prefix: shaped, notMeasured: true, miss: "not measured: no figure for relayd-shaped on pods"},
 			{prefix: typPods, met: true},
 		},
 	}, {

@@ -175,44 +175,38 @@ func (r *Report) wanted(scenario string, have bool) (why string, ok bool) {
 // capacityGoals: relayd ÷ each client-go consumer, and relayd with drop and
 // ignoreChanges ÷ plain relayd (the same interleaved runs).
 func capacityGoals(c *CapacityResult, why string) []Goal {
-	sum := func(stream, consumer string) *CapacitySummary {
-		if c == nil {
-			return nil
-		}
-		return c.Summary(stream, consumer)
-	}
 	perCPU := "events per CPU-second"
 	return []Goal{
 		ratioGoal(fmt.Sprintf("capacity: relayd ÷ %s consumer, pods, %s", ModeDynamic, perCPU), 2, "≥ 2.0×",
-			sum("pods", ModeRelayd), sum("pods", ModeDynamic), why),
+			c, "pods", ModeRelayd, ModeDynamic, why),
 		ratioGoal(fmt.Sprintf("capacity: relayd ÷ %s consumer, pods, %s", ModeTyped, perCPU), 1, "≥ 1.0×",
-			sum("pods", ModeRelayd), sum("pods", ModeTyped), why),
+			c, "pods", ModeRelayd, ModeTyped, why),
 		ratioGoal(fmt.Sprintf("capacity: relayd ÷ %s consumer, widgets, %s", ModeDynamic, perCPU), 2, "≥ 2.0×",
-			sum("widgets", ModeRelayd), sum("widgets", ModeDynamic), why),
+			c, "widgets", ModeRelayd, ModeDynamic, why),
 		ratioGoal("capacity: relayd with drop + ignoreChanges ÷ plain relayd, pods, "+perCPU, 0.85, "≥ 0.85×",
-			sum("pods", ConsumerRelaydShaped), sum("pods", ModeRelayd), why),
+			c, "pods", ConsumerRelaydShaped, ModeRelayd, why),
 	}
 }
 
-// ratioGoal is num ÷ den ≥ want. A side without a summary is not measured;
-// a side measured at 0 events per CPU-second makes the ratio 0 or
-// undefined: a failure, never a missing row.
-func ratioGoal(what string, want float64, goal string, num, den *CapacitySummary, why string) Goal {
-	switch {
-	case why != "":
+// ratioGoal is num ÷ den ≥ want, events per CPU-second on stream. A side
+// without a summary is not measured; a side measured at 0 makes the ratio
+// 0 or undefined: a failure, never a missing row.
+func ratioGoal(what string, want float64, goal string, c *CapacityResult, stream, num, den, why string) Goal {
+	if why != "" {
 		return notMeasured(what, goal, "", why)
-	case num == nil || den == nil:
-		missing := "the numerator's"
-		if num != nil {
-			missing = "the denominator's"
-		}
-		return notMeasured(what, goal, "", missing+" consumer has no figure")
-	case num.PerCPUSecond <= 0 || den.PerCPUSecond <= 0:
-		return Goal{What: what, Goal: goal,
-			Measured: fmt.Sprintf("%.0f ÷ %.0f events per CPU-second", num.PerCPUSecond, den.PerCPUSecond),
-			Miss:     fmt.Sprintf("a side measured 0 (%s: %.0f, %s: %.0f): failed", num.Consumer, num.PerCPUSecond, den.Consumer, den.PerCPUSecond)}
 	}
-	v := num.PerCPUSecond / den.PerCPUSecond
+	n, d := c.Summary(stream, num), c.Summary(stream, den)
+	for _, k := range []string{num, den} {
+		if c.Summary(stream, k) == nil {
+			return notMeasured(what, goal, "", fmt.Sprintf("no figure for %s on %s", k, stream))
+		}
+	}
+	if n.PerCPUSecond <= 0 || d.PerCPUSecond <= 0 {
+		return Goal{What: what, Goal: goal,
+			Measured: fmt.Sprintf("%.0f ÷ %.0f events per CPU-second", n.PerCPUSecond, d.PerCPUSecond),
+			Miss:     fmt.Sprintf("a side measured 0 (%s: %.0f, %s: %.0f): failed", num, n.PerCPUSecond, den, d.PerCPUSecond)}
+	}
+	v := n.PerCPUSecond / d.PerCPUSecond
 	return atLeast(what, goal, fmt.Sprintf("%.2f×", v), v, want)
 }
 
