@@ -123,49 +123,176 @@ func metaOf(o any) (string, error) {
 	return m.GetResourceVersion(), nil
 }
 
-// The report states every goal with its margin when it is missed.
+// The report states every goal with its margin when it is missed, and a
+// goal is met only when it was measured.
 func TestReportGoals(t *testing.T) {
-	r := &Report{
-		Capacity: &CapacityResult{Summaries: []CapacitySummary{
-			{Stream: "pods", Consumer: ModeRelayd, PerCPUSecond: 3000},
-			{Stream: "pods", Consumer: ModeDynamic, PerCPUSecond: 2000},
-			{Stream: "pods", Consumer: ModeTyped, PerCPUSecond: 1000},
-		}},
-		Latency: &LatencyResult{ReadToAck: Percentiles{P50: 0.0005, P99: 0.010}, CheckpointPS: 0.2, IdleSeconds: 60,
-			// Six flushes in a window just under 30 s: one per 5 s, the
-			// window began just before one and ended just after another.
-			CheckpointWrites: 6, Duration: 29.998},
-	}
-	byWhat := map[string]Goal{}
-	for _, g := range r.Goals() {
-		byWhat[g.What] = g
-	}
-	check := func(prefix string, met bool, miss string) {
-		t.Helper()
-		for what, g := range byWhat {
-			if strings.HasPrefix(what, prefix) {
-				if g.Met != met || !strings.Contains(g.Miss, miss) {
-					t.Errorf("%s: met %v, miss %q; want met %v, miss containing %q", what, g.Met, g.Miss, met, miss)
-				}
-				return
+	capacity := func(relayd, dynamic, typed, shaped float64) *CapacityResult {
+		c := &CapacityResult{}
+		for _, s := range []CapacitySummary{
+			{Stream: "pods", Consumer: ModeRelayd, PerCPUSecond: relayd},
+			{Stream: "pods", Consumer: ModeDynamic, PerCPUSecond: dynamic},
+			{Stream: "pods", Consumer: ModeTyped, PerCPUSecond: typed},
+			{Stream: "pods", Consumer: ConsumerRelaydShaped, PerCPUSecond: shaped},
+			{Stream: "widgets", Consumer: ModeRelayd, PerCPUSecond: 4000},
+			{Stream: "widgets", Consumer: ModeDynamic, PerCPUSecond: 1000},
+		} {
+			if s.PerCPUSecond >= 0 { // < 0: the summary is missing
+				c.Summaries = append(c.Summaries, s)
 			}
 		}
-		t.Errorf("no goal %q in %v", prefix, byWhat)
+		return c
 	}
-	check("capacity: relayd ÷ dynamic consumer, pods", false, "25% short")
-	check("capacity: relayd ÷ typed consumer, pods", true, "")
-	check("latency: watch read → PubAck p50", true, "")
-	check("latency: watch read → PubAck p99", false, "2.00× the goal")
-	check("checkpoint writes under load", true, "")
-	r.Latency.CheckpointWrites = 7
-	if g := checkpointsUnderLoad(r.Latency); g.Met || !strings.Contains(g.Miss, "over") {
+	latency := func(writes, samples int) *LatencyResult {
+		return &LatencyResult{Writes: writes, ReadToAck: Percentiles{N: samples, P50: 0.0005, P99: 0.010},
+			CheckpointPS: 0.2, IdleSeconds: 60, CheckpointsCounted: true,
+			// Six flushes in a window just under 30 s: one per 5 s, the
+			// window began just before one and ended just after another.
+			CheckpointWrites: 6, Duration: 29.998}
+	}
+	memory := func(peaks ...MemoryPoint) *MemoryResult {
+		return &MemoryResult{Points: peaks, RSSPerObject: 200, LiveHeapPerObject: 120, HeapPerObject: 130}
+	}
+	const (
+		dynPods  = "capacity: relayd ÷ dynamic consumer, pods"
+		typPods  = "capacity: relayd ÷ typed consumer, pods"
+		dynWidg  = "capacity: relayd ÷ dynamic consumer, widgets"
+		shaped   = "capacity: relayd with drop + ignoreChanges ÷ plain relayd, pods"
+		p50, p99 = "latency: watch read → PubAck p50", "latency: watch read → PubAck p99"
+		load     = "checkpoint writes under load"
+		idle     = "checkpoint writes when idle"
+		peak     = "memory: RSS peak (VmHWM) during a forced relist"
+		rssSlope = "memory: RSS per tracked object"
+	)
+	type want struct {
+		prefix            string
+		met, notMeasured  bool
+		miss, measuredHas string
+	}
+	for _, tc := range []struct {
+		name string
+		r    *Report
+		want []want
+	}{{
+		name: "every figure measured",
+		r:    &Report{Capacity: capacity(3000, 2000, 1000, 2700), Latency: latency(3000, 3000)},
+		want: []want{
+			{prefix: dynPods, miss: "25% short"},
+			{prefix: typPods, met: true},
+			{prefix: dynWidg, met: true},
+			{prefix: shaped, met: true, measuredHas: "0.90×"},
+			{prefix: p50, met: true},
+			{prefix: p99, miss: "2.00× the goal"},
+			{prefix: load, met: true},
+			{prefix: idle, met: true},
+		},
+	}, {
+		name: "too few PubAck samples: latency not measured",
+		r:    &Report{Latency: latency(3000, 2990)},
+		want: []want{
+			{prefix: p50, notMeasured: true, miss: "not measured: a PubAck was seen for 2990 of 3000 writes", measuredHas: "0.50 ms from 2990 of 3000 writes"},
+			{prefix: p99, notMeasured: true, miss: "2990 of 3000"},
+			{prefix: load, met: true},
+		},
+	}, {
+		name: "no PubAck samples: latency not measured",
+		r:    &Report{Latency: latency(3000, 0)},
+		want: []want{{prefix: p50, notMeasured: true, miss: "0 of 3000 writes"}, {prefix: p99, notMeasured: true, miss: "0 of 3000 writes"}},
+	}, {
+		name: "checkpoint counter missing: not measured",
+		r:    &Report{Latency: func() *LatencyResult { l := latency(10, 10); l.CheckpointsCounted = false; return l }()},
+		want: []want{{prefix: load, notMeasured: true, miss: "relayd_checkpoint_writes_total"}, {prefix: idle, notMeasured: true}},
+	}, {
+		name: "relist peak from VmHWM: within the goal",
+		r: &Report{Memory: memory(
+			MemoryPoint{Objects: 10, RSS: 100 << 20, PeakRSS: 120 << 20},
+			MemoryPoint{Objects: 20, RSS: 200 << 20, PeakRSS: 220 << 20})},
+		want: []want{{prefix: peak, met: true, measuredHas: "1.20×"}, {prefix: rssSlope, met: true}},
+	}, {
+		name: "relist peak from VmHWM: over the goal",
+		r: &Report{Memory: memory(
+			MemoryPoint{Objects: 10, RSS: 100 << 20, PeakRSS: 120 << 20},
+			MemoryPoint{Objects: 20, RSS: 200 << 20, PeakRSS: 360 << 20})},
+		want: []want{{prefix: peak, miss: "1.20× the goal", measuredHas: "1.80×"}},
+	}, {
+		name: "relist peak: VmHWM not reset",
+		r: &Report{Memory: memory(
+			MemoryPoint{Objects: 10, RSS: 100 << 20, PeakRSS: 120 << 20},
+			MemoryPoint{Objects: 20, RSS: 200 << 20, PeakError: "the kernel did not reset it"})},
+		want: []want{{prefix: peak, notMeasured: true, miss: "20 objects: the kernel did not reset it"}},
+	}, {
+		name: "one memory size: slopes not measured, peak judged",
+		r:    &Report{Memory: memory(MemoryPoint{Objects: 10, RSS: 100 << 20, PeakRSS: 110 << 20})},
+		want: []want{{prefix: rssSlope, notMeasured: true, miss: "two sizes"}, {prefix: peak, met: true}},
+	}, {
+		name: "0 ratios: failure rows",
+		r:    &Report{Capacity: capacity(0, 2000, 0, 0)},
+		want: []want{
+			{prefix: dynPods, miss: "a side measured 0 (relayd: 0, dynamic: 2000): failed"},
+			{prefix: typPods, miss: "a side measured 0"},
+			{prefix: shaped, miss: "a side measured 0"},
+			{prefix: dynWidg, met: true},
+		},
+	}, {
+		name: "a missing side: not measured",
+		r:    &Report{Capacity: capacity(3000, -1, 1000, -1)},
+		want: []want{
+			{prefix: dynPods, notMeasured: true, miss: "not measured: no figure for dynamic on pods"},
+			{prefix: shaped, notMeasured: true, miss: "not measured: no figure for relayd-shaped on pods"},
+			{prefix: typPods, met: true},
+		},
+	}, {
+		name: "shaped ÷ plain below 0.85",
+		r:    &Report{Capacity: capacity(3000, 1000, 1000, 2400)},
+		want: []want{{prefix: shaped, miss: "6% short", measuredHas: "0.80×"}},
+	}, {
+		name: "shaped ÷ plain above 0.85",
+		r:    &Report{Capacity: capacity(3000, 1000, 1000, 2580)},
+		want: []want{{prefix: shaped, met: true, measuredHas: "0.86×"}},
+	}, {
+		name: "failed scenarios: not measured",
+		r: &Report{Options: Options{Scenarios: []string{ScenarioCapacity, ScenarioLatency, ScenarioMemory, ScenarioRecovery}, IdleFor: time.Minute},
+			Errors: map[string]string{ScenarioCapacity: "bench: capacity: boom"}},
+		want: []want{
+			{prefix: dynPods, notMeasured: true, miss: "the scenario failed: bench: capacity: boom"},
+			{prefix: shaped, notMeasured: true, miss: "boom"},
+			{prefix: p50, notMeasured: true, miss: "did not run"},
+			{prefix: idle, notMeasured: true, miss: "did not run"},
+			{prefix: peak, notMeasured: true, miss: "did not run"},
+			{prefix: "recovery: 410 → sync.completed", notMeasured: true, miss: "did not run"},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			goals := tc.r.Goals()
+			for _, w := range tc.want {
+				var g *Goal
+				for i := range goals {
+					if strings.HasPrefix(goals[i].What, w.prefix) {
+						g = &goals[i]
+						break
+					}
+				}
+				if g == nil {
+					t.Errorf("no goal %q in %+v", w.prefix, goals)
+					continue
+				}
+				if g.Met != w.met || g.NotMeasured != w.notMeasured || !strings.Contains(g.Miss, w.miss) || !strings.Contains(g.Measured, w.measuredHas) {
+					t.Errorf("%s: met %v, not measured %v, measured %q, miss %q; want met %v, not measured %v, measured containing %q, miss containing %q",
+						g.What, g.Met, g.NotMeasured, g.Measured, g.Miss, w.met, w.notMeasured, w.measuredHas, w.miss)
+				}
+			}
+			var md bytes.Buffer
+			tc.r.Markdown(&md)
+			for _, g := range goals {
+				if !g.Met && !strings.Contains(md.String(), "**no**: "+g.Miss) {
+					t.Errorf("report does not say why %q is not met:\n%s", g.What, md.String())
+				}
+			}
+		})
+	}
+	l := latency(3000, 3000)
+	l.CheckpointWrites = 7
+	if g := checkpointsUnderLoad(l); g.Met || !strings.Contains(g.Miss, "over") {
 		t.Errorf("7 checkpoint writes in 29.998s: met %v, miss %q; want missed", g.Met, g.Miss)
-	}
-	check("checkpoint writes when idle", true, "")
-	var md bytes.Buffer
-	r.Markdown(&md)
-	if !strings.Contains(md.String(), "**no**: 25% short") {
-		t.Errorf("report does not say by how much a goal is missed:\n%s", md.String())
 	}
 }
 

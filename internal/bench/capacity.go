@@ -125,7 +125,7 @@ type capacityCase struct {
 
 func capacityCases(rec *Recording) []capacityCase {
 	var cases []capacityCase
-	if s := rec.Stream("pods"); s != nil {
+	if s := rec.Stream("pods"); s != nil && s.Events > 0 {
 		cases = append(cases, capacityCase{stream: s, consumer: ModeRelayd}, capacityCase{stream: s, consumer: ConsumerRelaydShaped})
 		if m := rec.Stream("pods-metadata"); m != nil && m.Events == s.Events {
 			cases = append(cases, capacityCase{stream: s, consumer: ConsumerRelaydMetadata, metadata: m},
@@ -133,7 +133,7 @@ func capacityCases(rec *Recording) []capacityCase {
 		}
 		cases = append(cases, capacityCase{stream: s, consumer: ModeDynamic}, capacityCase{stream: s, consumer: ModeTyped})
 	}
-	if s := rec.Stream("widgets"); s != nil {
+	if s := rec.Stream("widgets"); s != nil && s.Events > 0 { // -crd-events 0: none recorded
 		cases = append(cases, capacityCase{stream: s, consumer: ModeRelayd}, capacityCase{stream: s, consumer: ModeDynamic})
 	}
 	return cases

@@ -48,12 +48,15 @@ func percentiles(xs []float64) Percentiles {
 // LatencyResult is the latency and checkpoint scenario on the real
 // apiserver.
 type LatencyResult struct {
-	Objects     int
-	Rate        float64 // writes per second achieved
-	Duration    float64 // seconds
-	Writes      int
-	Received    int
-	ReadToAck   Percentiles // relayd's watch read (event time) → PubAck seen on the wire
+	Objects  int
+	Rate     float64 // writes per second achieved
+	Duration float64 // seconds
+	Writes   int
+	Received int
+	// ReadToAck is relayd's watch read (event time) → PubAck seen on the
+	// wire, one sample per write whose PubAck the snoop saw: its N below
+	// Writes means the figure is not measured (the report says so).
+	ReadToAck   Percentiles
 	WriteToRecv Percentiles // writer's API response → message received by a JetStream consumer
 	// RecvFirst counts messages received before the writer's client had
 	// its API response (a negative WriteToRecv).
@@ -62,6 +65,9 @@ type LatencyResult struct {
 	// CheckpointWrites counts them; a window of Duration seconds holds at
 	// most floor(Duration/flush interval)+1 flushes.
 	CheckpointWrites float64
+	// CheckpointsCounted says relayd_checkpoint_writes_total was in every
+	// scrape around the load and the idle time (else the counts are none).
+	CheckpointsCounted bool
 	// RunQueueWait is how long relayd's threads waited for a CPU in the
 	// kernel's run queue while the load ran, per event; RunPerEvent the CPU
 	// they ran. A wait of the order of the latency tail says the tail is the
@@ -262,6 +268,7 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 	lagMatch := map[string]string{"source": "pods"}
 	res.ReadToAck.HistP50 = HistogramQuantile(.5, "relayd_publish_lag_seconds", lagMatch, m0, m1)
 	res.ReadToAck.HistP99 = HistogramQuantile(.99, "relayd_publish_lag_seconds", lagMatch, m0, m1)
+	res.CheckpointsCounted = m0.Has("relayd_checkpoint_writes_total") && m1.Has("relayd_checkpoint_writes_total")
 	res.CheckpointWrites = m1.Sum("relayd_checkpoint_writes_total", nil) - m0.Sum("relayd_checkpoint_writes_total", nil)
 	res.CheckpointPS = res.CheckpointWrites / elapsed.Seconds()
 	h.logf("bench: latency: %d writes at %.0f/s: read→PubAck p50 %s p99 %s p99.9 %s; write→received p50 %s p99 %s; checkpoint writes %.3f/s; per event relayd ran %v and waited %v for a CPU",
@@ -289,6 +296,7 @@ func (h *harness) latency(ctx context.Context) (*LatencyResult, error) {
 		if err != nil {
 			return nil, err
 		}
+		res.CheckpointsCounted = res.CheckpointsCounted && i0.Has("relayd_checkpoint_writes_total") && i1.Has("relayd_checkpoint_writes_total")
 		res.IdleWrites = i1.Sum("relayd_checkpoint_writes_total", nil) - i0.Sum("relayd_checkpoint_writes_total", nil)
 		res.IdleSeconds = h.o.IdleFor.Seconds()
 		h.logf("bench: idle %v: %.0f checkpoint writes", h.o.IdleFor, res.IdleWrites)

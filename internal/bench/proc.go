@@ -149,7 +149,11 @@ func procCPU(pid int) (time.Duration, error) {
 // Mem returns the child's resident set size and its peak (VmRSS, VmHWM) in
 // bytes.
 func (c *Child) Mem() (rss, hwm int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Pid()))
+	return procMem(c.Pid())
+}
+
+func procMem(pid int) (rss, hwm int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -173,7 +177,60 @@ func (c *Child) Mem() (rss, hwm int64, err error) {
 		}
 		*dst = n << 10
 	}
+	if rss == 0 || hwm == 0 {
+		return 0, 0, fmt.Errorf("bench: no VmRSS/VmHWM in /proc/%d/status", pid)
+	}
 	return rss, hwm, nil
+}
+
+// PeakReset is a reset of a process's peak RSS (VmHWM): the peak before it,
+// and VmHWM and VmRSS read right after it.
+type PeakReset struct {
+	HWMBefore, HWMAfter, RSSAfter int64
+}
+
+// hwmResetSlack is how far VmHWM may lie above VmRSS right after a reset
+// (pages freed between the reset and the read) before the reset counts as
+// not taken.
+const hwmResetSlack = 1 << 20
+
+// ResetPeakRSS resets the child's VmHWM to its current RSS (`echo 5 >
+// /proc/<pid>/clear_refs`, Linux ≥ 4.0), so that VmHWM read later is the
+// largest RSS since the reset: the kernel's high-water mark, which no
+// sampling interval can miss. It fails if the kernel refuses the reset or
+// VmHWM still holds an earlier, higher peak after it.
+func (c *Child) ResetPeakRSS() (PeakReset, error) {
+	return resetPeakRSS(c.Pid())
+}
+
+func resetPeakRSS(pid int) (PeakReset, error) {
+	var r PeakReset
+	_, before, err := procMem(pid)
+	if err != nil {
+		return r, err
+	}
+	r.HWMBefore = before
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/clear_refs", pid), os.O_WRONLY, 0)
+	if err != nil {
+		return r, fmt.Errorf("bench: reset peak RSS: %w", err)
+	}
+	_, err = f.WriteString("5")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return r, fmt.Errorf("bench: reset peak RSS (echo 5 > /proc/%d/clear_refs): %w", pid, err)
+	}
+	if r.RSSAfter, r.HWMAfter, err = procMem(pid); err != nil {
+		return r, err
+	}
+	// The reset sets VmHWM to the RSS of the moment; one that did not take
+	// leaves the earlier peak, above the RSS.
+	if r.HWMAfter > r.RSSAfter+hwmResetSlack {
+		return r, fmt.Errorf("bench: VmHWM of %d is %d kB after `echo 5 > clear_refs` (before: %d kB, RSS %d kB): the kernel did not reset it",
+			pid, r.HWMAfter>>10, r.HWMBefore>>10, r.RSSAfter>>10)
+	}
+	return r, nil
 }
 
 // Stop closes the child's stdin and sends SIGTERM, then SIGKILL after

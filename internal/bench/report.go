@@ -60,6 +60,18 @@ type Report struct {
 	Latency           *LatencyResult  `json:",omitempty"`
 	Memory            *MemoryResult   `json:",omitempty"`
 	Recovery          *RecoveryResult `json:",omitempty"`
+	// Errors holds the error of each scenario that failed: its goals are
+	// listed as not measured.
+	Errors map[string]string `json:",omitempty"`
+}
+
+// fail records that scenario failed with err and returns err.
+func (r *Report) fail(scenario string, err error) error {
+	if r.Errors == nil {
+		r.Errors = map[string]string{}
+	}
+	r.Errors[scenario] = err.Error()
+	return err
 }
 
 // WriteJSON writes the report as JSON (NaN becomes null).
@@ -72,11 +84,25 @@ func (r *Report) WriteJSON(path string) error {
 }
 
 // Goal is one performance goal of docs/PERFORMANCE.md and what was measured.
+// A goal is met only when it was measured and the figure is within it.
 type Goal struct {
 	What, Goal, Measured string
 	Met                  bool
-	// Miss says by how much a goal that is not met is missed.
+	// NotMeasured is a goal without a (complete) figure: its scenario
+	// failed or did not run, a side of a ratio is missing, or the samples
+	// do not cover what was done. Never met.
+	NotMeasured bool
+	// Miss says by how much a goal that is not met is missed, or why it
+	// was not measured.
 	Miss string
+}
+
+// notMeasured is a goal without a figure (measured says what there is).
+func notMeasured(what, goal, measured, why string) Goal {
+	if measured == "" {
+		measured = "n/a"
+	}
+	return Goal{What: what, Goal: goal, Measured: measured, NotMeasured: true, Miss: "not measured: " + why}
 }
 
 // atLeast is a goal met when got ≥ want.
@@ -111,48 +137,181 @@ func checkpointsUnderLoad(l *LatencyResult) Goal {
 		l.CheckpointWrites, most)
 }
 
-// Goals lists the goals the report has figures for.
+// Goals lists every goal of the scenarios the report has results for or
+// was asked to run: a goal without a figure is listed as not measured
+// (never met), so that a failed or partial measurement cannot pass as met.
 func (r *Report) Goals() []Goal {
 	var g []Goal
-	if c := r.Capacity; c != nil {
-		add := func(stream, consumer string, want float64) {
-			if v := c.Ratio(stream, consumer); v > 0 {
-				g = append(g, atLeast(fmt.Sprintf("capacity: relayd ÷ %s consumer, %s, events per CPU-second", consumer, stream),
-					fmt.Sprintf("≥ %.1f×", want), fmt.Sprintf("%.2f×", v), v, want))
-			}
-		}
-		add("pods", ModeDynamic, 2)
-		add("pods", ModeTyped, 1)
-		add("widgets", ModeDynamic, 2)
+	if why, ok := r.wanted(ScenarioCapacity, r.Capacity != nil); ok {
+		g = append(g, capacityGoals(r.Capacity, why)...)
 	}
-	if l := r.Latency; l != nil {
-		g = append(g,
-			atMost("latency: watch read → PubAck p50", "≤ 1 ms", ms(l.ReadToAck.P50), l.ReadToAck.P50, 0.001),
-			atMost("latency: watch read → PubAck p99", "≤ 5 ms", ms(l.ReadToAck.P99), l.ReadToAck.P99, 0.005),
-			checkpointsUnderLoad(l))
-		if l.IdleSeconds > 0 {
-			g = append(g, atMost("checkpoint writes when idle", "0", fmt.Sprintf("%.0f in %.0fs", l.IdleWrites, l.IdleSeconds), l.IdleWrites, 0))
-		}
+	if why, ok := r.wanted(ScenarioLatency, r.Latency != nil); ok {
+		g = append(g, latencyGoals(r.Latency, r.Options.IdleFor > 0, why)...)
 	}
-	if m := r.Memory; m != nil && len(m.Points) >= 2 {
-		g = append(g,
-			atMost("memory: RSS per tracked object (slope)", "≤ 256 B", fmt.Sprintf("%.0f B", m.RSSPerObject), m.RSSPerObject, 256),
-			atMost("memory: live heap per tracked object (slope)", "≤ 256 B", fmt.Sprintf("%.0f B (heap in use: %.0f B)", m.LiveHeapPerObject, m.HeapPerObject), m.LiveHeapPerObject, 256))
-		worst := 0.0
-		for _, p := range m.Points {
-			worst = math.Max(worst, float64(p.PeakRSS)/float64(p.RSS))
-		}
-		g = append(g, atMost("memory: RSS peak during a forced relist ÷ steady state (worst size)", "≤ 1.5×", fmt.Sprintf("%.2f×", worst), worst, 1.5))
+	if why, ok := r.wanted(ScenarioMemory, r.Memory != nil); ok {
+		g = append(g, memoryGoals(r.Memory, why)...)
 	}
-	if rc := r.Recovery; rc != nil && len(rc.Runs) > 0 {
-		what := fmt.Sprintf("recovery: 410 → sync.completed, %d objects (median)", rc.Objects)
-		if rc.From410 < 0 { // the 410 was not found in relayd's log
-			g = append(g, Goal{What: what, Goal: "≤ 10 s", Measured: "n/a (no 410 in relayd's log)", Miss: "not measured"})
-		} else {
-			g = append(g, atMost(what, "≤ 10 s", fmt.Sprintf("%.2f s", rc.From410), rc.From410, 10))
-		}
+	if why, ok := r.wanted(ScenarioRecovery, r.Recovery != nil); ok {
+		g = append(g, recoveryGoal(r.Recovery, r.Options.RecoveryObjects, why))
 	}
 	return g
+}
+
+// wanted says whether the report lists scenario's goals (it has a result,
+// or the scenario was asked for), and, without a result, why.
+func (r *Report) wanted(scenario string, have bool) (why string, ok bool) {
+	if have {
+		return "", true
+	}
+	if !r.Options.has(scenario) {
+		return "", false
+	}
+	if e := r.Errors[scenario]; e != "" {
+		return "the scenario failed: " + e, true
+	}
+	return "the scenario did not run (an earlier step failed)", true
+}
+
+// capacityGoals: relayd ÷ each client-go consumer, and relayd with drop and
+// ignoreChanges ÷ plain relayd (the same interleaved runs).
+func capacityGoals(c *CapacityResult, why string) []Goal {
+	perCPU := "events per CPU-second"
+	return []Goal{
+		ratioGoal(fmt.Sprintf("capacity: relayd ÷ %s consumer, pods, %s", ModeDynamic, perCPU), 2, "≥ 2.0×",
+			c, "pods", ModeRelayd, ModeDynamic, why),
+		ratioGoal(fmt.Sprintf("capacity: relayd ÷ %s consumer, pods, %s", ModeTyped, perCPU), 1, "≥ 1.0×",
+			c, "pods", ModeRelayd, ModeTyped, why),
+		ratioGoal(fmt.Sprintf("capacity: relayd ÷ %s consumer, widgets, %s", ModeDynamic, perCPU), 2, "≥ 2.0×",
+			c, "widgets", ModeRelayd, ModeDynamic, why),
+		ratioGoal("capacity: relayd with drop + ignoreChanges ÷ plain relayd, pods, "+perCPU, 0.85, "≥ 0.85×",
+			c, "pods", ConsumerRelaydShaped, ModeRelayd, why),
+	}
+}
+
+// ratioGoal is num ÷ den ≥ want, events per CPU-second on stream. A side
+// without a summary is not measured; a side measured at 0 makes the ratio
+// 0 or undefined: a failure, never a missing row.
+func ratioGoal(what string, want float64, goal string, c *CapacityResult, stream, num, den, why string) Goal {
+	if why != "" {
+		return notMeasured(what, goal, "", why)
+	}
+	n, d := c.Summary(stream, num), c.Summary(stream, den)
+	for _, k := range []string{num, den} {
+		if c.Summary(stream, k) == nil {
+			return notMeasured(what, goal, "", fmt.Sprintf("no figure for %s on %s", k, stream))
+		}
+	}
+	if n.PerCPUSecond <= 0 || d.PerCPUSecond <= 0 {
+		return Goal{What: what, Goal: goal,
+			Measured: fmt.Sprintf("%.0f ÷ %.0f events per CPU-second", n.PerCPUSecond, d.PerCPUSecond),
+			Miss:     fmt.Sprintf("a side measured 0 (%s: %.0f, %s: %.0f): failed", num, n.PerCPUSecond, den, d.PerCPUSecond)}
+	}
+	v := n.PerCPUSecond / d.PerCPUSecond
+	return atLeast(what, goal, fmt.Sprintf("%.2f×", v), v, want)
+}
+
+// latencyGoals: watch read → PubAck p50 and p99 from a sample for every
+// write, and the checkpoint writes under load and when idle.
+func latencyGoals(l *LatencyResult, idle bool, why string) []Goal {
+	const (
+		p50, p99     = "latency: watch read → PubAck p50", "latency: watch read → PubAck p99"
+		load, idleW  = "checkpoint writes under load", "checkpoint writes when idle"
+		noCheckpoint = "relayd_checkpoint_writes_total was not in every scrape"
+	)
+	loadGoal := fmt.Sprintf("≤ one per %v flush", flushInterval)
+	if l == nil {
+		g := []Goal{notMeasured(p50, "≤ 1 ms", "", why), notMeasured(p99, "≤ 5 ms", "", why), notMeasured(load, loadGoal, "", why)}
+		if idle {
+			g = append(g, notMeasured(idleW, "0", "", why))
+		}
+		return g
+	}
+	var g []Goal
+	if n := l.ReadToAck.N; l.Writes == 0 || n < l.Writes {
+		partial := fmt.Sprintf("%d samples for %d writes", n, l.Writes)
+		if n > 0 {
+			partial = fmt.Sprintf("%s from %d of %d writes", ms(l.ReadToAck.P50), n, l.Writes)
+		}
+		why := fmt.Sprintf("a PubAck was seen for %d of %d writes", n, l.Writes)
+		g = append(g, notMeasured(p50, "≤ 1 ms", partial, why))
+		if n > 0 {
+			partial = fmt.Sprintf("%s from %d of %d writes", ms(l.ReadToAck.P99), n, l.Writes)
+		}
+		g = append(g, notMeasured(p99, "≤ 5 ms", partial, why))
+	} else {
+		g = append(g,
+			atMost(p50, "≤ 1 ms", ms(l.ReadToAck.P50), l.ReadToAck.P50, 0.001),
+			atMost(p99, "≤ 5 ms", ms(l.ReadToAck.P99), l.ReadToAck.P99, 0.005))
+	}
+	if !l.CheckpointsCounted {
+		g = append(g, notMeasured(load, loadGoal, "", noCheckpoint))
+	} else {
+		g = append(g, checkpointsUnderLoad(l))
+	}
+	switch {
+	case l.IdleSeconds > 0 && l.CheckpointsCounted:
+		g = append(g, atMost(idleW, "0", fmt.Sprintf("%.0f in %.0fs", l.IdleWrites, l.IdleSeconds), l.IdleWrites, 0))
+	case l.IdleSeconds > 0:
+		g = append(g, notMeasured(idleW, "0", "", noCheckpoint))
+	case idle:
+		g = append(g, notMeasured(idleW, "0", "", "the idle period did not run"))
+	}
+	return g
+}
+
+// memoryGoals: the slopes per tracked object (two sizes or more) and the
+// RSS peak of a forced relist, the kernel's VmHWM (see MemoryPoint).
+func memoryGoals(m *MemoryResult, why string) []Goal {
+	const (
+		rss  = "memory: RSS per tracked object (slope)"
+		live = "memory: live heap per tracked object (slope)"
+		peak = "memory: RSS peak (VmHWM) during a forced relist ÷ steady state (worst size)"
+	)
+	if why == "" && m != nil && len(m.Points) < 2 {
+		why = fmt.Sprintf("a slope needs two sizes or more, %d measured", len(m.Points))
+	}
+	var g []Goal
+	if why != "" {
+		g = append(g, notMeasured(rss, "≤ 256 B", "", why), notMeasured(live, "≤ 256 B", "", why))
+	} else {
+		g = append(g,
+			atMost(rss, "≤ 256 B", fmt.Sprintf("%.0f B", m.RSSPerObject), m.RSSPerObject, 256),
+			atMost(live, "≤ 256 B", fmt.Sprintf("%.0f B (heap in use: %.0f B)", m.LiveHeapPerObject, m.HeapPerObject), m.LiveHeapPerObject, 256))
+	}
+	if m == nil || len(m.Points) == 0 {
+		if why == "" {
+			why = "no sizes measured"
+		}
+		return append(g, notMeasured(peak, "≤ 1.5×", "", why))
+	}
+	worst := 0.0
+	for _, p := range m.Points {
+		switch {
+		case p.PeakError != "":
+			return append(g, notMeasured(peak, "≤ 1.5×", "", fmt.Sprintf("%d objects: %s", p.Objects, p.PeakError)))
+		case p.PeakRSS <= 0 || p.RSS <= 0:
+			return append(g, notMeasured(peak, "≤ 1.5×", "", fmt.Sprintf("%d objects: no VmHWM or steady RSS", p.Objects)))
+		}
+		worst = math.Max(worst, float64(p.PeakRSS)/float64(p.RSS))
+	}
+	return append(g, atMost(peak, "≤ 1.5×", fmt.Sprintf("%.2f×", worst), worst, 1.5))
+}
+
+// recoveryGoal: 410 → sync.completed, from relayd's log.
+func recoveryGoal(rc *RecoveryResult, objects int, why string) Goal {
+	if rc != nil {
+		objects = rc.Objects
+	}
+	what := fmt.Sprintf("recovery: 410 → sync.completed, %d objects (median)", objects)
+	switch {
+	case why != "":
+		return notMeasured(what, "≤ 10 s", "", why)
+	case len(rc.Runs) == 0:
+		return notMeasured(what, "≤ 10 s", "", "no runs")
+	case rc.From410 < 0:
+		return notMeasured(what, "≤ 10 s", "", "no 410 in relayd's log")
+	}
+	return atMost(what, "≤ 10 s", fmt.Sprintf("%.2f s", rc.From410), rc.From410, 10)
 }
 
 // Markdown writes the report's tables.
@@ -225,14 +384,31 @@ func (r *Report) Markdown(w io.Writer) {
 	}
 	if mm := r.Memory; mm != nil {
 		p("#### 3. Memory (replayed ConfigMaps; %d MODIFIED events after the list)\n\n", mm.Churn)
-		p("| objects | relayd_tracked_objects | RSS | heap in use | live heap (est.) | relist: peak RSS | ÷ steady | peak heap in use | ÷ steady | relist time |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		p("| objects | relayd_tracked_objects | RSS | heap in use | live heap (est.) | relist: peak RSS (VmHWM) | ÷ steady | peak heap in use (sampled) | ÷ steady | relist time |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, pt := range mm.Points {
-			p("| %d | %.0f | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.2f× | %.1f MiB | %.2f× | %.2f s |\n", pt.Objects, pt.Tracked,
-				mib(pt.RSS), mib(pt.HeapInuse), mib(pt.LiveHeap), mib(pt.PeakRSS), float64(pt.PeakRSS)/float64(pt.RSS),
+			peak, ratio := "n/a", "n/a"
+			if pt.PeakError == "" && pt.PeakRSS > 0 {
+				peak, ratio = fmt.Sprintf("%.1f MiB", mib(pt.PeakRSS)), fmt.Sprintf("%.2f×", float64(pt.PeakRSS)/float64(pt.RSS))
+			}
+			p("| %d | %.0f | %.1f MiB | %.1f MiB | %.1f MiB | %s | %s | %.1f MiB | %.2f× | %.2f s |\n", pt.Objects, pt.Tracked,
+				mib(pt.RSS), mib(pt.HeapInuse), mib(pt.LiveHeap), peak, ratio,
 				mib(pt.PeakHeapInuse), float64(pt.PeakHeapInuse)/float64(pt.HeapInuse), pt.RelistSeconds)
 		}
 		p("\nSlope (least squares): RSS %.0f B per object, heap in use %.0f B per object, live heap (heap goal ÷ (1+GOGC/100)) %.0f B per object.\n\n",
 			mm.RSSPerObject, mm.HeapPerObject, mm.LiveHeapPerObject)
+		p("The relist peak is relayd's VmHWM (/proc/<pid>/status) at sync.completed, reset at the 410 with `echo 5 > /proc/<pid>/clear_refs`; VmHWM before → right after the reset (RSS then):")
+		for i, pt := range mm.Points {
+			sep := ";"
+			if i == len(mm.Points)-1 {
+				sep = "."
+			}
+			rs := pt.PeakReset
+			p(" %d objects: %.1f → %.1f MiB (%.1f MiB)%s", pt.Objects, mib(rs.HWMBefore), mib(rs.HWMAfter), mib(rs.RSSAfter), sep)
+			if pt.PeakError != "" {
+				p(" Not measured: %s.", pt.PeakError)
+			}
+		}
+		p("\n\n")
 	}
 	if l := r.Latency; l != nil {
 		p("#### 4. Checkpoint writes (flushInterval %s)\n\n| state | writes |\n|---|---|\n", l.FlushInterval)

@@ -126,14 +126,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.has(ScenarioCapacity) {
 		r, err := h.capacity(ctx, rec)
 		if err != nil {
-			return rep, fmt.Errorf("bench: capacity: %w", err)
+			return rep, rep.fail(ScenarioCapacity, fmt.Errorf("bench: capacity: %w", err))
 		}
 		rep.Capacity = r
 	}
 	if o.has(ScenarioLatency) {
 		r, err := h.latency(ctx)
 		if err != nil {
-			return rep, fmt.Errorf("bench: latency: %w", err)
+			return rep, rep.fail(ScenarioLatency, fmt.Errorf("bench: latency: %w", err))
 		}
 		rep.Latency = r
 	}
@@ -144,14 +144,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.has(ScenarioMemory) {
 		r, err := h.memory(ctx, rec)
 		if err != nil {
-			return rep, fmt.Errorf("bench: memory: %w", err)
+			return rep, rep.fail(ScenarioMemory, fmt.Errorf("bench: memory: %w", err))
 		}
 		rep.Memory = r
 	}
 	if o.has(ScenarioRecovery) {
 		r, err := h.recovery(ctx)
 		if err != nil {
-			return rep, fmt.Errorf("bench: recovery: %w", err)
+			return rep, rep.fail(ScenarioRecovery, fmt.Errorf("bench: recovery: %w", err))
 		}
 		rep.Recovery = r
 	}
