@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -192,5 +194,29 @@ func TestNATSCluster(t *testing.T) {
 			t.Errorf("%s is %s, want %s", c.URL(i), got, c.Name(i))
 		}
 		snc.Close()
+	}
+}
+
+// The cluster's nats-server binary must be go.mod's version: missing, or
+// reporting another version, is an error naming the make target.
+func TestNATSServerBinIsGoModsVersion(t *testing.T) {
+	bin, err := testenv.NATSServerBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("nats-server: %s", bin)
+	missing := filepath.Join(t.TempDir(), "nats-server")
+	t.Setenv("RELAYD_NATS_SERVER", missing)
+	if _, err := testenv.NATSServerBin(); err == nil || !strings.Contains(err.Error(), "make nats-server-bin") {
+		t.Errorf("NATSServerBin with %s missing: %v, want an error naming make nats-server-bin", missing, err)
+	}
+	if err := os.WriteFile(missing, []byte("#!/bin/sh\necho 'nats-server: v2.0.0'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.NATSServerBin(); err == nil || !strings.Contains(err.Error(), `reports "nats-server: v2.0.0"`) {
+		t.Errorf("NATSServerBin with a v2.0.0 binary: %v, want it refused", err)
+	}
+	if _, err := testenv.StartNATSCluster(1, testenv.NATSClusterOptions{}); err == nil {
+		t.Error("StartNATSCluster started a cluster of another version's binary")
 	}
 }
