@@ -51,6 +51,10 @@ testenv-bins: ## Build etcd + kube-apiserver v1.37 and v1.35 for tests into .cac
 testenv-bins-current: ## Build etcd + kube-apiserver v1.37 only (what demo, bench and chaos run on).
 	hack/testenv-bins.sh --current-only >/dev/null
 
+.PHONY: nats-server-bin
+nats-server-bin: ## Build nats-server (the version go.mod requires) into .cache/nats-server/ for the JetStream-cluster tests, which run it as child processes (cold: ~30 s; then cached).
+	hack/nats-server-bin.sh >/dev/null
+
 .PHONY: prometheus-bin
 prometheus-bin: ## Install Debian's prometheus package (prometheus + promtool, for test/observability) if missing; never starts its service.
 	hack/prometheus-bin.sh
@@ -103,7 +107,7 @@ lint: vet $(STATICCHECK) ## gofmt check, go vet, staticcheck.
 	GOFLAGS=-race $(STATICCHECK) ./...
 
 .PHONY: test
-test: testenv-bins kustomize-bin helm-bin prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.
+test: testenv-bins nats-server-bin kustomize-bin helm-bin prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.
 	$(GO) test -race -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 
 # `make chaos` (docs/RELIABILITY.md): the fault-injection matrix of
@@ -119,7 +123,7 @@ CHAOS_ARTIFACTS ?= $(CURDIR)/.cache/chaos/artifacts
 CHAOS_FLAGS     ?=
 
 .PHONY: chaos
-chaos: testenv-bins-current ## Fault-injection matrix for CHAOS_BUDGET (default 20m); results table in CHAOS_TABLE, failed histories in CHAOS_ARTIFACTS.
+chaos: testenv-bins-current nats-server-bin ## Fault-injection matrix for CHAOS_BUDGET (default 20m); results table in CHAOS_TABLE, failed histories in CHAOS_ARTIFACTS.
 	@mkdir -p $(dir $(CHAOS_TABLE)) $(CHAOS_ARTIFACTS)
 	$(GO) test -count=1 -timeout 0 -v -run '^TestChaos$$' ./test/chaos \
 		-chaos.budget=$(CHAOS_BUDGET) -chaos.table=$(CHAOS_TABLE) -chaos.artifacts=$(CHAOS_ARTIFACTS) $(CHAOS_FLAGS) \

@@ -1,48 +1,85 @@
 package testenv
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/relayd/relayd/internal/testutil"
 )
 
 // NATSClusterOptions configures StartNATSCluster. The zero value is a
-// cluster named "relayd-testenv" without authentication or TLS.
+// cluster named "relayd-testenv" of NATSServerBin's binary.
 type NATSClusterOptions struct {
-	// Name is the cluster name (server.ClusterOpts.Name); every server
-	// has it.
+	// Name is the cluster name (cluster.name); every server has it.
 	Name string
+	// Bin is the nats-server binary; NATSServerBin when empty.
+	Bin string
 }
 
-// NATSCluster is n embedded nats-servers with JetStream, clustered on
-// 127.0.0.1 (explicit routes between every pair), each with its own
-// client port, route port and store dir. Streams and buckets created with
-// Replicas up to n are replicated with Raft across them; a stopped server
-// takes its replicas with it, and a majority must be up for a replicated
-// stream to accept writes.
+// NATSServerBin is the nats-server binary the cluster runs:
+// $RELAYD_NATS_SERVER, else <repo>/.cache/nats-server/v<version>/nats-server,
+// where `make nats-server-bin` (hack/nats-server-bin.sh) builds the version
+// go.mod requires, the one linked into this binary (server.VERSION). A
+// missing binary or one of another version is an error naming the target.
+func NATSServerBin() (string, error) {
+	want := "v" + server.VERSION
+	bin := os.Getenv("RELAYD_NATS_SERVER")
+	if bin == "" {
+		root, err := testutil.RepoRoot()
+		if err != nil {
+			return "", fmt.Errorf("%w (or set RELAYD_NATS_SERVER)", err)
+		}
+		bin = filepath.Join(root, ".cache", "nats-server", want, "nats-server")
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("testenv: nats-server %s not runnable at %s (%v): run `make nats-server-bin`", want, bin, err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "nats-server: "+want {
+		return "", fmt.Errorf("testenv: %s reports %q, go.mod requires nats-server %s: run `make nats-server-bin`", bin, got, want)
+	}
+	return bin, nil
+}
+
+// NATSCluster is n nats-servers with JetStream, each a child process of
+// its own, clustered on 127.0.0.1 (explicit routes between every pair),
+// each with its own client, route and monitoring port and store dir.
+// Streams and buckets created with Replicas up to n are replicated with
+// Raft across them; a stopped server takes its replicas with it, and a
+// majority must be up for a replicated stream to accept writes.
 //
-// Servers are stopped with Shutdown (embedded servers cannot be
-// SIGKILLed): the store is flushed, but Raft leadership is not handed over
-// first, as after a crash (no lame duck mode).
+// Stop is a clean shutdown (SIGTERM: the server's Raft leaders step down
+// and its store is flushed); Kill is a crash (SIGKILL: no step-down, writes
+// still buffered in the process are lost, the others elect a leader after
+// their election timeout). Start brings a server back on the same ports
+// and store. The cluster's state is read from each server's monitoring
+// port (/varz, /healthz, /jsz).
 type NATSCluster struct {
-	name  string
-	mu    sync.Mutex
-	nodes []*clusterNode
+	name, bin, dir string
+	hc             *http.Client
+	mu             sync.Mutex
+	nodes          []*clusterNode
 }
 
 type clusterNode struct {
-	name        string
-	port        int // client port, pinned
-	clusterPort int // route port, pinned
-	storeDir    string
-	srv         *server.Server
+	name                           string
+	port, clusterPort, monitorPort int // pinned
+	storeDir, confFile, logFile    string
+	p                              *proc // nil while down
+	exit                           *os.ProcessState
 }
 
 // StartNATSCluster starts n (at least 1) clustered JetStream servers and
@@ -52,26 +89,38 @@ func StartNATSCluster(n int, o NATSClusterOptions) (*NATSCluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("testenv: NATS cluster of %d servers", n)
 	}
-	c := &NATSCluster{name: o.Name}
+	c := &NATSCluster{name: o.Name, bin: o.Bin, hc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
 	if c.name == "" {
 		c.name = "relayd-testenv"
+	}
+	if c.bin == "" {
+		var err error
+		if c.bin, err = NATSServerBin(); err != nil {
+			return nil, err
+		}
 	}
 	// Ports are picked first and then pinned: every route names every
 	// other server's route port, and a restarted server must come back
 	// where clients and routes reconnect.
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(3 * n)
 	if err != nil {
 		return nil, err
 	}
+	if c.dir, err = os.MkdirTemp("", "relayd-nats-cluster-"); err != nil {
+		return nil, err
+	}
 	for i := range n {
-		d, err := os.MkdirTemp("", "relayd-nats-cluster-")
-		if err != nil {
+		d := filepath.Join(c.dir, strconv.Itoa(i))
+		c.nodes = append(c.nodes, &clusterNode{
+			name: fmt.Sprintf("%s-%d", c.name, i), port: ports[3*i], clusterPort: ports[3*i+1], monitorPort: ports[3*i+2],
+			storeDir: filepath.Join(d, "store"), confFile: filepath.Join(d, "nats.conf"), logFile: filepath.Join(d, "nats.log"),
+		})
+	}
+	for i := range n {
+		if err := c.writeConfig(i); err != nil {
 			c.Shutdown()
 			return nil, err
 		}
-		c.nodes = append(c.nodes, &clusterNode{
-			name: fmt.Sprintf("%s-%d", c.name, i), port: ports[2*i], clusterPort: ports[2*i+1], storeDir: d,
-		})
 	}
 	// Servers start concurrently: a server's JetStream waits for its
 	// peers, so one at a time would not be quicker.
@@ -94,7 +143,7 @@ func StartNATSCluster(n int, o NATSClusterOptions) (*NATSCluster, error) {
 
 // freePorts returns k distinct free TCP ports on 127.0.0.1. They are
 // released before returning; a port taken by someone else in between
-// makes a start fail (and Start retries only for its own old listener).
+// makes a start fail.
 func freePorts(k int) ([]int, error) {
 	var out []int
 	var ls []net.Listener
@@ -114,32 +163,36 @@ func freePorts(k int) ([]int, error) {
 	return out, nil
 }
 
-func (c *NATSCluster) options(i int) *server.Options {
+// writeConfig writes server i's configuration file. sync_interval is left
+// at nats-server's default (fsync every 2 minutes, not per write): a
+// killed process loses only what it had not yet written, a machine crash
+// is not simulated.
+func (c *NATSCluster) writeConfig(i int) error {
 	nd := c.nodes[i]
 	var routes []string
 	for j, other := range c.nodes {
 		if j != i {
-			routes = append(routes, "nats://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(other.clusterPort)))
+			routes = append(routes, strconv.Quote("nats://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(other.clusterPort))))
 		}
 	}
-	opts := &server.Options{
-		ServerName: nd.name,
-		Host:       "127.0.0.1",
-		Port:       nd.port,
-		JetStream:  true,
-		StoreDir:   nd.storeDir,
-		NoLog:      true,
-		NoSigs:     true,
-		Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
-	}
-	opts.Cluster.Name = c.name
-	opts.Cluster.Host = "127.0.0.1"
-	opts.Cluster.Port = nd.clusterPort
 	// One route connection per pair, uncompressed: less work on a small
 	// machine, same semantics.
-	opts.Cluster.PoolSize = -1
-	opts.Cluster.Compression.Mode = server.CompressionOff
-	return opts
+	conf := fmt.Sprintf(`server_name: %q
+listen: "127.0.0.1:%d"
+http: "127.0.0.1:%d"
+jetstream { store_dir: %q }
+cluster {
+  name: %q
+  listen: "127.0.0.1:%d"
+  routes: [%s]
+  pool_size: -1
+  compression: off
+}
+`, nd.name, nd.port, nd.monitorPort, nd.storeDir, c.name, nd.clusterPort, strings.Join(routes, ", "))
+	if err := os.MkdirAll(nd.storeDir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(nd.confFile, []byte(conf), 0o600)
 }
 
 // Len is the number of servers.
@@ -165,11 +218,20 @@ func (c *NATSCluster) URL(i int) string {
 // Name is server i's server name (as in JetStream's cluster info).
 func (c *NATSCluster) Name(i int) string { return c.nodes[i].name }
 
-// Server is server i, nil while it is stopped.
-func (c *NATSCluster) Server(i int) *server.Server {
+// Pid is server i's process id, 0 while it is down.
+func (c *NATSCluster) Pid(i int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.nodes[i].srv
+	if p := c.nodes[i].p; p != nil {
+		return p.Pid()
+	}
+	return 0
+}
+
+// Log is server i's log (every start's, appended).
+func (c *NATSCluster) Log(i int) string {
+	b, _ := os.ReadFile(c.nodes[i].logFile)
+	return string(b)
 }
 
 // Running reports which servers are running.
@@ -178,54 +240,90 @@ func (c *NATSCluster) Running() []int {
 	defer c.mu.Unlock()
 	var out []int
 	for i, nd := range c.nodes {
-		if nd.srv != nil {
+		if nd.p != nil {
 			out = append(out, i)
 		}
 	}
 	return out
 }
 
-// Stop shuts server i down and keeps its store, for Start to reuse.
-// Stopping a stopped server does nothing.
-func (c *NATSCluster) Stop(i int) {
+// take marks server i down and returns its process (nil if it was down).
+func (c *NATSCluster) take(i int) *proc {
 	c.mu.Lock()
-	srv := c.nodes[i].srv
-	c.nodes[i].srv = nil
-	c.mu.Unlock()
-	if srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
+	defer c.mu.Unlock()
+	p := c.nodes[i].p
+	c.nodes[i].p = nil
+	return p
+}
+
+func (c *NATSCluster) exited(i int, p *proc) *os.ProcessState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes[i].exit = p.cmd.ProcessState
+	return p.cmd.ProcessState
+}
+
+// Stop shuts server i down cleanly (SIGTERM; SIGKILL after 30 s) and
+// keeps its store, for Start to reuse. It returns how the process ended
+// (nil if it was not running).
+func (c *NATSCluster) Stop(i int) *os.ProcessState {
+	p := c.take(i)
+	if p == nil {
+		return nil
 	}
+	p.stop(30 * time.Second)
+	return c.exited(i, p)
+}
+
+// Kill kills server i with SIGKILL, as a crash would: no Raft step-down,
+// no flush of what the process still buffered. It waits until the process
+// is gone and returns how it ended (a SIGKILL, "signal: killed"), or an
+// error if it was not running. The store stays for Start.
+func (c *NATSCluster) Kill(i int) (*os.ProcessState, error) {
+	p := c.take(i)
+	if p == nil {
+		return nil, fmt.Errorf("testenv: NATS cluster server %s is not running", c.nodes[i].name)
+	}
+	p.kill()
+	return c.exited(i, p), nil
+}
+
+// Exit is how server i's last process ended, nil if none has.
+func (c *NATSCluster) Exit(i int) *os.ProcessState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i].exit
 }
 
 // Start starts server i (again) on its ports and store. It returns once
-// the server accepts clients; use WaitReady to wait for the cluster.
+// the server accepts clients with JetStream enabled; use WaitReady to
+// wait for the cluster.
 func (c *NATSCluster) Start(i int) error {
+	nd := c.nodes[i]
 	c.mu.Lock()
-	running := c.nodes[i].srv != nil
+	running := nd.p != nil
 	c.mu.Unlock()
 	if running {
-		return fmt.Errorf("testenv: NATS cluster server %s is already running", c.nodes[i].name)
+		return fmt.Errorf("testenv: NATS cluster server %s is already running", nd.name)
 	}
 	var err error
-	// The old listener may take a moment to release the port.
-	for try := 0; try < 50; try++ {
-		var srv *server.Server
-		if srv, err = server.NewServer(c.options(i)); err != nil {
-			return fmt.Errorf("testenv: NATS cluster server %s: %w", c.nodes[i].name, err)
+	// A port can still be held for a moment by the process just gone.
+	for try := 0; try < 5; try++ {
+		var p *proc
+		if p, err = startProc(c.bin, []string{"-c", nd.confFile}, nd.logFile); err != nil {
+			return err
 		}
-		go srv.Start()
-		if srv.ReadyForConnections(10 * time.Second) {
+		url := fmt.Sprintf("http://127.0.0.1:%d/healthz?js-enabled-only=true", nd.monitorPort)
+		if err = waitHTTP(context.Background(), p, url, c.hc, 30*time.Second); err == nil {
 			c.mu.Lock()
-			c.nodes[i].srv = srv
+			nd.p = p
 			c.mu.Unlock()
 			return nil
 		}
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		err = fmt.Errorf("testenv: NATS cluster server %s (client port %d, route port %d) not ready after 10s",
-			c.nodes[i].name, c.nodes[i].port, c.nodes[i].clusterPort)
-		time.Sleep(100 * time.Millisecond)
+		p.kill()
+		err = fmt.Errorf("testenv: NATS cluster server %s (client port %d, route port %d, log %s): %w",
+			nd.name, nd.port, nd.clusterPort, nd.logFile, err)
+		time.Sleep(200 * time.Millisecond)
 	}
 	return err
 }
@@ -234,133 +332,13 @@ func (c *NATSCluster) Start(i int) error {
 // ready (WaitReady).
 func (c *NATSCluster) StartAll(timeout time.Duration) error {
 	for i := range c.nodes {
-		if c.Server(i) == nil {
+		if c.Pid(i) == 0 {
 			if err := c.Start(i); err != nil {
 				return err
 			}
 		}
 	}
 	return c.WaitReady(timeout)
-}
-
-// WaitReady waits until every running server is routed to every other
-// running one, one of them is the JetStream meta leader, and every
-// running server's view of the meta group is current.
-func (c *NATSCluster) WaitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		why := c.notReady()
-		if why == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("testenv: NATS cluster not ready within %v: %s", timeout, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (c *NATSCluster) notReady() string {
-	up := c.Running()
-	if len(up) == 0 {
-		return "no server running"
-	}
-	leader := false
-	for _, i := range up {
-		srv := c.Server(i)
-		if srv == nil {
-			return c.nodes[i].name + " stopped meanwhile"
-		}
-		if got := srv.NumRoutes(); got < len(up)-1 {
-			return fmt.Sprintf("%s has %d routes, want %d", c.nodes[i].name, got, len(up)-1)
-		}
-		if !srv.JetStreamIsCurrent() {
-			return c.nodes[i].name + ": JetStream meta group not current"
-		}
-		leader = leader || srv.JetStreamIsLeader()
-	}
-	if !leader {
-		return "no JetStream meta leader"
-	}
-	return ""
-}
-
-// MetaLeader is the index of the JetStream meta leader, -1 if no running
-// server is.
-func (c *NATSCluster) MetaLeader() int {
-	for _, i := range c.Running() {
-		if srv := c.Server(i); srv != nil && srv.JetStreamIsLeader() {
-			return i
-		}
-	}
-	return -1
-}
-
-// WaitMetaLeader waits for a JetStream meta leader and returns its index.
-func (c *NATSCluster) WaitMetaLeader(timeout time.Duration) (int, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if i := c.MetaLeader(); i >= 0 {
-			return i, nil
-		}
-		if time.Now().After(deadline) {
-			return -1, fmt.Errorf("testenv: no JetStream meta leader among running servers %v within %v", c.Running(), timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// StreamLeader is the index of the server leading stream (of the global
-// account; a KV bucket B is stream KV_B), -1 if no running server does.
-func (c *NATSCluster) StreamLeader(stream string) int {
-	for _, i := range c.Running() {
-		srv := c.Server(i)
-		if srv != nil && srv.JetStreamIsStreamLeader(srv.GlobalAccount().Name, stream) {
-			return i
-		}
-	}
-	return -1
-}
-
-// WaitStreamLeader waits until a running server leads stream and returns
-// its index.
-func (c *NATSCluster) WaitStreamLeader(stream string, timeout time.Duration) (int, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if i := c.StreamLeader(stream); i >= 0 {
-			return i, nil
-		}
-		if time.Now().After(deadline) {
-			return -1, fmt.Errorf("testenv: no leader of stream %s among running servers %v within %v", stream, c.Running(), timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// WaitStreamCurrent waits until every running server that holds a replica
-// of stream has caught up with its leader.
-func (c *NATSCluster) WaitStreamCurrent(stream string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		var behind []string
-		for _, i := range c.Running() {
-			srv := c.Server(i)
-			if srv == nil {
-				continue
-			}
-			acc := srv.GlobalAccount().Name
-			if srv.JetStreamIsStreamAssigned(acc, stream) && !srv.JetStreamIsStreamCurrent(acc, stream) {
-				behind = append(behind, c.nodes[i].name)
-			}
-		}
-		if len(behind) == 0 && c.StreamLeader(stream) >= 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("testenv: stream %s: replicas not current within %v: %v (leader %d)", stream, timeout, behind, c.StreamLeader(stream))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // Shutdown stops every server and removes their stores.
@@ -370,7 +348,33 @@ func (c *NATSCluster) Shutdown() {
 		wg.Go(func() { c.Stop(i) })
 	}
 	wg.Wait()
-	for _, nd := range c.nodes {
-		_ = os.RemoveAll(nd.storeDir)
+	if c.dir != "" && os.Getenv("RELAYD_TESTENV_KEEP") == "" {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+// monitor GETs path from server i's monitoring port into v.
+func (c *NATSCluster) monitor(i int, path string, v any) error {
+	resp, err := c.hc.Get(fmt.Sprintf("http://127.0.0.1:%d%s", c.nodes[i].monitorPort, path))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// poll calls f every 50 ms until it returns "" or timeout; the error says
+// what f said last.
+func poll(timeout time.Duration, f func() string) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		why := f()
+		if why == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New(why)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,9 +18,10 @@ import (
 	"github.com/relayd/relayd/internal/testenv"
 )
 
-// A three-server cluster: an R3 stream and an R3 bucket live on all three;
-// the stream leader stopped, a new one takes over and still drops a
-// duplicate Nats-Msg-Id; two of three stopped, writes fail (no quorum) and
+// A three-server cluster of nats-server processes: an R3 stream and an R3
+// bucket live on all three; the stream leader killed with SIGKILL (its
+// process gone), a new one is elected and still drops a duplicate
+// Nats-Msg-Id; two of three stopped cleanly, writes fail (no quorum) and
 // nothing is stored; everything back, writes go on, and the restarted
 // servers are on their old ports with their old stores.
 func TestNATSCluster(t *testing.T) {
@@ -24,7 +29,14 @@ func TestNATSCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Shutdown)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i := range c.Len() {
+				t.Logf("%s log:\n%s", c.Name(i), c.Log(i))
+			}
+		}
+		c.Shutdown()
+	})
 	if got := strings.Count(c.URLs(), ","); got != 2 {
 		t.Fatalf("URLs() = %q, want 3 comma-separated URLs", c.URLs())
 	}
@@ -73,23 +85,36 @@ func TestNATSCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The stream leader stops: another server leads, and the duplicate
-	// window survived the change.
+	// The stream leader is killed (SIGKILL: no step-down): its process is
+	// gone, another server is elected, and the duplicate window survived
+	// the change.
 	old, err := c.WaitStreamLeader("S", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Stop(old)
-	if c.Server(old) != nil {
-		t.Fatalf("server %d still there after Stop", old)
+	pid := c.Pid(old)
+	st, err := c.Kill(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed %s (pid %d): %v", c.Name(old), pid, st)
+	if ws, ok := st.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("%s (pid %d) ended with %v, want a SIGKILL", c.Name(old), pid, st)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("process %d after Kill: kill(pid, 0) = %v, want ESRCH (gone)", pid, err)
+	}
+	if c.Pid(old) != 0 || slices.Contains(c.Running(), old) {
+		t.Fatalf("server %d still counted as running after Kill: %v", old, c.Running())
 	}
 	leader, err := c.WaitStreamLeader("S", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if leader == old {
-		t.Fatalf("stopped server %d still leads", old)
+		t.Fatalf("killed server %d still leads", old)
 	}
+	t.Logf("%s leads S after the kill", c.Name(leader))
 	ack, err := publish("m3", 30*time.Second)
 	if err != nil {
 		t.Fatalf("publish after the leader change: %v", err)
@@ -117,7 +142,9 @@ func TestNATSCluster(t *testing.T) {
 	// out) and none is stored.
 	down := []int{(leader + 1) % 3, (leader + 2) % 3}
 	for _, i := range down {
-		c.Stop(i)
+		if st := c.Stop(i); st == nil || !st.Success() {
+			t.Fatalf("clean stop of %s ended with %v, want exit status 0", c.Name(i), st)
+		}
 	}
 	if got := c.Running(); len(got) != 1 || got[0] != leader {
 		t.Fatalf("running %v, want only %d", got, leader)
@@ -156,9 +183,40 @@ func TestNATSCluster(t *testing.T) {
 	if err != nil || string(e.Value()) != "2" {
 		t.Errorf("bucket k = %v (%v), want 2", e, err)
 	}
+	// Every server, the killed one too, is back on its old client port.
 	for i := range 3 {
-		if got := c.Server(i).Addr().String(); !strings.HasSuffix(c.URL(i), got) {
-			t.Errorf("server %d listens on %s, URL %s", i, got, c.URL(i))
+		snc, err := nats.Connect(c.URL(i))
+		if err != nil {
+			t.Errorf("server %d at %s: %v", i, c.URL(i), err)
+			continue
 		}
+		if got := snc.ConnectedServerName(); got != c.Name(i) {
+			t.Errorf("%s is %s, want %s", c.URL(i), got, c.Name(i))
+		}
+		snc.Close()
+	}
+}
+
+// The cluster's nats-server binary must be go.mod's version: missing, or
+// reporting another version, is an error naming the make target.
+func TestNATSServerBinIsGoModsVersion(t *testing.T) {
+	bin, err := testenv.NATSServerBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("nats-server: %s", bin)
+	missing := filepath.Join(t.TempDir(), "nats-server")
+	t.Setenv("RELAYD_NATS_SERVER", missing)
+	if _, err := testenv.NATSServerBin(); err == nil || !strings.Contains(err.Error(), "make nats-server-bin") {
+		t.Errorf("NATSServerBin with %s missing: %v, want an error naming make nats-server-bin", missing, err)
+	}
+	if err := os.WriteFile(missing, []byte("#!/bin/sh\necho 'nats-server: v2.0.0'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.NATSServerBin(); err == nil || !strings.Contains(err.Error(), `reports "nats-server: v2.0.0"`) {
+		t.Errorf("NATSServerBin with a v2.0.0 binary: %v, want it refused", err)
+	}
+	if _, err := testenv.StartNATSCluster(1, testenv.NATSClusterOptions{}); err == nil {
+		t.Error("StartNATSCluster started a cluster of another version's binary")
 	}
 }
