@@ -211,51 +211,24 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 			c.log.Warn("disconnected from NATS; publishes are held back until it returns", zap.String("error", config.RedactError(err, c.o.Config.URL)))
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { c.notify() }),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			if sub == nil && nc.IsReconnecting() {
+				// A reconnect's CONNECT failed: the server refused the
+				// credentials, or a callback could not make them (e.g.
+				// nkeySigner's seed of another user). nats.go tells
+				// this handler, not ReconnectErrHandler.
+				c.fail(c.reconnectFailures, err)
+				return
+			}
 			c.log.Warn("NATS async error", zap.String("error", config.RedactError(err, c.o.Config.URL)))
 		}),
 	)
-	opts = append(opts, c.reportCallbackErrors())
 	opts = append(opts, c.o.Extra...)
 	nc, err := nats.Connect(strings.Join(c.o.Config.URLs(), ","), opts...)
 	if err != nil {
 		return nil, err
 	}
 	return nc, nil
-}
-
-// reportCallbackErrors makes an error of the callbacks that sign the
-// server's nonce or return the user JWT, at a reconnect, the reason not
-// connected: nats.go gives it to no handler (it fails the CONNECT a
-// reconnect sends, not the TCP or TLS connection that ReconnectErrHandler
-// reports), so without this Reason would stay at the disconnection's error
-// while e.g. an NKey seed of another user (nkeySigner) keeps every
-// reconnect from succeeding. The first connection's errors are Dial's.
-func (c *Conn) reportCallbackErrors() nats.Option {
-	report := func(err error) {
-		if err != nil && c.nc.Load() != nil {
-			// nats.go calls back holding the connection's lock, which
-			// Reason (through OnReason) takes: report once it is released.
-			go c.fail(c.reconnectFailures, err)
-		}
-	}
-	return func(o *nats.Options) error {
-		if sign := o.SignatureCB; sign != nil {
-			o.SignatureCB = func(nonce []byte) ([]byte, error) {
-				sig, err := sign(nonce)
-				report(err)
-				return sig, err
-			}
-		}
-		if user := o.UserJWT; user != nil {
-			o.UserJWT = func() (string, error) {
-				jwt, err := user()
-				report(err)
-				return jwt, err
-			}
-		}
-		return nil
-	}
 }
 
 // JetStream returns the JetStream API of nc in the configured domain.
