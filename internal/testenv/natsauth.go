@@ -15,6 +15,7 @@ import (
 // (NATSOptions.Operator). Its users get .creds files from UserCreds.
 type Operator struct {
 	claims         *jwt.OperatorClaims
+	key            nkeys.KeyPair // signs the accounts
 	sysPub, sysJWT string
 	accPub, accJWT string
 	accKey         nkeys.KeyPair
@@ -30,7 +31,7 @@ func NewOperator() (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Operator{}
+	o := &Operator{key: okp}
 	if o.sysPub, o.sysJWT, _, err = newAccount(okp, "SYS", false); err != nil {
 		return nil, err
 	}
@@ -110,6 +111,49 @@ func (o *Operator) UserCreds(dir, name string, pubAllow, subAllow []string) (str
 		return "", err
 	}
 	return path, nil
+}
+
+// RevokeUser revokes the user of the .creds file credsFile (every JWT
+// issued to its key until now) in the application account and gives s the
+// account's new JWT, as pushing it to the server's resolver would: s
+// closes that user's connections (reason "Revocation") and refuses its
+// JWT from then on, later Starts too. Other users of the account, and a
+// new user's .creds, are unaffected.
+func (o *Operator) RevokeUser(s *server.Server, credsFile string) error {
+	b, err := os.ReadFile(credsFile)
+	if err != nil {
+		return err
+	}
+	token, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		return err
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return err
+	}
+	ac, err := jwt.DecodeAccountClaims(o.accJWT)
+	if err != nil {
+		return err
+	}
+	ac.Revoke(uc.Subject)
+	accJWT, err := ac.Encode(o.key)
+	if err != nil {
+		return err
+	}
+	if ac, err = jwt.DecodeAccountClaims(accJWT); err != nil {
+		return err
+	}
+	acc, err := s.LookupAccount(o.accPub)
+	if err != nil {
+		return fmt.Errorf("testenv: account %s: %w", o.accPub, err)
+	}
+	if err := s.AccountResolver().Store(o.accPub, accJWT); err != nil {
+		return err
+	}
+	s.UpdateAccountClaims(acc, ac)
+	o.accJWT = accJWT
+	return nil
 }
 
 // apply puts the server in operator mode with a memory resolver holding

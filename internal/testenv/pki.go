@@ -39,6 +39,10 @@ type PKI struct {
 	// OtherClientCertFile and OtherClientKeyFile are a client certificate
 	// signed by the unrelated CA.
 	OtherClientCertFile, OtherClientKeyFile string
+	// OtherServerCertFile and OtherServerKeyFile are a server certificate
+	// like ServerCertFile's signed by the unrelated CA: the server's
+	// certificate after a CA rotation.
+	OtherServerCertFile, OtherServerKeyFile string
 }
 
 // NewPKI creates a CA, an unrelated CA and their certificates in dir.
@@ -71,19 +75,26 @@ func NewPKI(dir string) (*PKI, error) {
 	}
 	p.CAFile, p.OtherCAFile = ca.certFile, other.certFile
 
-	srv, err := newCert(dir, "server", &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "nats.test"},
-		NotBefore:   notBefore,
-		NotAfter:    notAfter,
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:    []string{"localhost", "nats.test"},
-	}, ca)
+	server := func(name string, issuer *issued) (*issued, error) {
+		return newCert(dir, name, &x509.Certificate{
+			Subject:     pkix.Name{CommonName: "nats.test"},
+			NotBefore:   notBefore,
+			NotAfter:    notAfter,
+			KeyUsage:    x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+			DNSNames:    []string{"localhost", "nats.test"},
+		}, issuer)
+	}
+	srv, err := server("server", ca)
 	if err != nil {
 		return nil, err
 	}
 	p.ServerCertFile, p.ServerKeyFile = srv.certFile, srv.keyFile
+	if srv, err = server("server-other", other); err != nil {
+		return nil, err
+	}
+	p.OtherServerCertFile, p.OtherServerKeyFile = srv.certFile, srv.keyFile
 
 	client := func(name string, issuer *issued, from, to time.Time) (*issued, error) {
 		return newCert(dir, name, &x509.Certificate{

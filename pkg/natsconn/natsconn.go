@@ -211,7 +211,15 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 			c.log.Warn("disconnected from NATS; publishes are held back until it returns", zap.String("error", config.RedactError(err, c.o.Config.URL)))
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { c.notify() }),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			if sub == nil && nc.IsReconnecting() {
+				// A reconnect's CONNECT failed: the server refused the
+				// credentials, or a callback could not make them (e.g.
+				// nkeySigner's seed of another user). nats.go tells
+				// this handler, not ReconnectErrHandler.
+				c.fail(c.reconnectFailures, err)
+				return
+			}
 			c.log.Warn("NATS async error", zap.String("error", config.RedactError(err, c.o.Config.URL)))
 		}),
 	)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/index"
@@ -234,6 +235,32 @@ func TestUserPassword(t *testing.T) {
 	f.waitStored(60*time.Second, isEvent("added", cm.Name, cm.ResourceVersion))
 }
 
+// waitIndexed waits for cm's object index entry. It is relayd's last
+// publish for cm (the index write follows the event's ack): after it no
+// client of relayd is publishing, so a test may make the server drop
+// relayd's connection. The embedded nats-server (v2.15.2) is not race-free
+// when it drops a client: it reads the dropped client's message counters
+// without the atomics its read loop writes them with, and a Direct Get
+// reads the options that a reload replaces without their lock; -race
+// reports either. Hence a plain STREAM.MSG.GET request here, not the KV
+// API's Direct Get.
+func (f *fixture) waitIndexed(cm *corev1.ConfigMap) {
+	f.t.Helper()
+	bucket := "relayd-index-" + f.cluster
+	key := index.Key(index.Prefix("cms", f.ns), string(cm.UID))
+	f.eventually(30*time.Second, cm.Name+"'s object index entry", func() error {
+		resp, err := f.nc.RequestWithContext(f.t.Context(), "$JS.API.STREAM.MSG.GET.KV_"+bucket,
+			fmt.Appendf(nil, `{"last_by_subj":"$KV.%s.%s"}`, bucket, key))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(resp.Data), `"message"`) {
+			return fmt.Errorf("%s", resp.Data)
+		}
+		return nil
+	})
+}
+
 // The token is rotated while relayd runs: the Secret (file) first, then the
 // server, which disconnects every client of the old token. relayd reconnects
 // with the new one, without a restart, and loses nothing.
@@ -251,27 +278,7 @@ func TestTokenRotation(t *testing.T) {
 	r := f.start(nil, true)
 	before := f.createCM("before", nil, nil)
 	f.waitStored(30*time.Second, isEvent("added", before.Name, before.ResourceVersion))
-	// relayd's last publish before the rotation is the object index write
-	// that follows the event's ack: wait for it, so that no client of the
-	// old token is publishing when the server drops them. The embedded
-	// nats-server (v2.15.2) is not race-free under a reload: it reads a
-	// dropped client's message counters without the atomics its read loop
-	// writes them with, and a Direct Get reads the options that the reload
-	// replaces without their lock; -race reports either. Hence a plain
-	// STREAM.MSG.GET request here, not the KV API's Direct Get.
-	bucket := "relayd-index-" + f.cluster
-	key := index.Key(index.Prefix("cms", f.ns), string(before.UID))
-	f.eventually(30*time.Second, "before's object index entry", func() error {
-		resp, err := f.nc.RequestWithContext(t.Context(), "$JS.API.STREAM.MSG.GET.KV_"+bucket,
-			fmt.Appendf(nil, `{"last_by_subj":"$KV.%s.%s"}`, bucket, key))
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(string(resp.Data), `"message"`) {
-			return fmt.Errorf("%s", resp.Data)
-		}
-		return nil
-	})
+	f.waitIndexed(before)
 	writeFile(t, tok, "new-token\n")
 	reconnects := f.nc.Stats().Reconnects
 	if err := n.Reload(func(o *server.Options) { o.Authorization = "new-token" }); err != nil {
