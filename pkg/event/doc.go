@@ -135,7 +135,10 @@
 // Nats-Msg-Id (<prefix>.<cluster>/<source>/<id>) so that JetStream drops
 // replays, and never another cluster's relayd's messages. An event that
 // would exceed the NATS server's max payload is re-encoded with the reference
-// payload and relaydoversize=true instead of being dropped. When a Shaping's
+// payload and relaydoversize=true instead of being dropped; if even that is
+// too large, without data (relaydpayload "none", relaydunencodable=true,
+// [Message.Unencodable]), so that the change still reaches the stream,
+// named by its attributes (docs/CONSUMING.md). When a Shaping's
 // Drop paths removed something from the data, [Change.Dropped] lists them
 // and the event carries the extension relayddropped: the canonical paths
 // joined by "," (header ce-relayddropped in binary mode).

@@ -62,7 +62,8 @@ type Encoder struct {
 	ctlSubject   string // "/relayd/<source>"
 	msgIDPrefix  string // "<prefix>.<cluster>/<source>/"
 	jsonSrcType  string // `,"source":"…","type":"<prefix>.object.`
-	jsonCluster  string // `,"datacontenttype":"application/json","k8scluster":"…"`
+	jsonDCT      string // `,"datacontenttype":"application/json"`
+	jsonCluster  string // `,"k8scluster":"…"`
 	jsonRelaydSr string // `,"relaydsource":"…"`
 }
 
@@ -111,7 +112,8 @@ func NewEncoder(o EncoderOptions) (*Encoder, error) {
 	e.msgIDPrefix = o.Prefix + "." + o.Cluster + "/" + o.Source + "/"
 	// The option values are plain ASCII tokens: no JSON escaping needed.
 	e.jsonSrcType = `,"source":"` + e.ceSource + `","type":"` + e.objType
-	e.jsonCluster = `,"datacontenttype":"` + ContentTypeJSON + `","k8scluster":"` + o.Cluster + `"`
+	e.jsonDCT = `,"datacontenttype":"` + ContentTypeJSON + `"`
+	e.jsonCluster = `,"k8scluster":"` + o.Cluster + `"`
 	e.jsonRelaydSr = `,"relaydsource":"` + o.Source + `"`
 	return e, nil
 }
@@ -196,6 +198,12 @@ type Message struct {
 	// Oversize is true when the payload was replaced by the reference
 	// because the event exceeded EncoderOptions.MaxPayload.
 	Oversize bool
+	// Unencodable is true when even the reference event exceeded
+	// EncoderOptions.MaxPayload and the event was sent without data
+	// (relaydpayload "none", relaydoversize and relaydunencodable true):
+	// only its attributes and extensions name the change. Oversize is
+	// true too.
+	Unencodable bool
 }
 
 // Size is the number of bytes NATS counts against the server's max payload:
@@ -225,9 +233,14 @@ func (m *Message) Size() int {
 // c.Data.
 //
 // If MaxPayload is set and the message would exceed it, it is rebuilt with
-// the reference payload and relaydoversize=true. If even that is too big, or
-// c is invalid (unknown type, origin or payload mode; no name, uid or
-// resourceVersion; no resource), Encode returns an error naming the object.
+// the reference payload and relaydoversize=true. If even that is too big, it
+// is rebuilt without data (no datacontenttype either), relaydpayload "none"
+// and relaydunencodable=true besides relaydoversize (Message.Unencodable):
+// the change still reaches the stream, named by its attributes, and
+// consumers re-read the object (docs/CONSUMING.md). If that too exceeds
+// MaxPayload, or c is invalid (unknown type, origin or payload mode; no
+// name, uid or resourceVersion; no resource), Encode returns an error
+// naming the object.
 func (e *Encoder) Encode(c *Change) (Message, error) {
 	if err := e.validate(c); err != nil {
 		return Message{}, err
@@ -251,19 +264,38 @@ func (e *Encoder) Encode(c *Change) (Message, error) {
 	ev.subject, ev.msgID = e.subjectAndMsgID(c, &m)
 	ev.id = ev.msgID[len(e.msgIDPrefix):]
 
-	msg := e.build(&ev, data, mode, false)
-	if limit := e.opts.MaxPayload; limit > 0 {
-		if full := msg.Size(); full > limit {
-			msg = e.build(&ev, AppendReference(nil, m), PayloadReference, true)
-			msg.Oversize = true
-			if size := msg.Size(); size > limit {
-				return Message{}, fmt.Errorf("%s: event of %d bytes (%d with the reference payload) exceeds the NATS max payload of %d bytes",
-					describe(c), full, size, limit)
-			}
-		}
+	msg := e.build(&ev, data, mode, formAsIs)
+	limit := e.opts.MaxPayload
+	if limit <= 0 {
+		return msg, nil
+	}
+	full := msg.Size()
+	if full <= limit {
+		return msg, nil
+	}
+	msg = e.build(&ev, AppendReference(nil, m), PayloadReference, formReference)
+	msg.Oversize = true
+	ref := msg.Size()
+	if ref <= limit {
+		return msg, nil
+	}
+	msg = e.build(&ev, nil, PayloadNone, formBare)
+	msg.Oversize, msg.Unencodable = true, true
+	if size := msg.Size(); size > limit {
+		return Message{}, fmt.Errorf("%s: event of %d bytes (%d with the reference payload, %d without data) exceeds the NATS max payload of %d bytes",
+			describe(c), full, ref, size, limit)
 	}
 	return msg, nil
 }
+
+// form is how much of a change an object event carries.
+type form int
+
+const (
+	formAsIs      form = iota // the data given
+	formReference             // the reference instead: relaydoversize
+	formBare                  // no data: relaydoversize and relaydunencodable
+)
 
 // objectEvent carries what both builders need.
 type objectEvent struct {
@@ -275,11 +307,11 @@ type objectEvent struct {
 	ts      time.Time
 }
 
-func (e *Encoder) build(ev *objectEvent, data []byte, mode PayloadMode, oversize bool) Message {
+func (e *Encoder) build(ev *objectEvent, data []byte, mode PayloadMode, f form) Message {
 	if e.opts.Binary {
-		return e.buildBinary(ev, data, mode, oversize)
+		return e.buildBinary(ev, data, mode, f)
 	}
-	return e.buildStructured(ev, data, mode, oversize)
+	return e.buildStructured(ev, data, mode, f)
 }
 
 // subjectAndMsgID returns the subject and the MsgID of c, sharing one
@@ -383,8 +415,9 @@ func appendCESubject(dst []byte, r Resource, ns, name string, escape bool) []byt
 	return add(append(dst, '/'), name)
 }
 
-func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode, oversize bool) Message {
+func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode, f form) Message {
 	c, m := ev.c, &ev.m
+	oversize, bare := f != formAsIs, f == formBare
 	r := &c.Resource
 	// Fixed text is ~470 bytes; strings are counted twice (subject path,
 	// extensions), escapes are rare and only make append grow once.
@@ -400,6 +433,9 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	b = append(b, `","time":"`...)
 	b = ev.ts.UTC().AppendFormat(b, TimeLayout)
 	b = append(b, '"')
+	if !bare {
+		b = append(b, e.jsonDCT...)
+	}
 	b = append(b, e.jsonCluster...)
 	b = appendJSONField(append(b, ','), "k8sapiversion", m.APIVersion)
 	b = appendJSONField(append(b, ','), "k8skind", m.Kind)
@@ -421,6 +457,9 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	if oversize {
 		b = append(b, `,"relaydoversize":true`...)
 	}
+	if bare {
+		b = append(b, `,"relaydunencodable":true`...)
+	}
 	if c.FinalStateUnknown {
 		b = append(b, `,"relaydfinalunknown":true`...)
 	}
@@ -434,8 +473,10 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 		}
 		b = append(b, '"')
 	}
-	b = append(b, `,"data":`...)
-	b = append(b, data...)
+	if !bare {
+		b = append(b, `,"data":`...)
+		b = append(b, data...)
+	}
 	b = append(b, '}')
 
 	vals := make([]string, 2)
@@ -484,8 +525,9 @@ func (hb *headerBuilder) add(k, v string) {
 // percent-encoded value.
 func (hb *headerBuilder) ce(key, v string) { hb.add(key, encodeHeaderValue(v)) }
 
-func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, oversize bool) Message {
+func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, f form) Message {
 	c, m := ev.c, &ev.m
+	oversize, bare := f != formAsIs, f == formBare
 	hb := newHeaderBuilder(24)
 	hb.ce(HeaderPrefix+"specversion", SpecVersion)
 	hb.ce(HeaderPrefix+"id", ev.id)
@@ -510,13 +552,18 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, ov
 	if oversize {
 		hb.ce(HeaderPrefix+"relaydoversize", "true")
 	}
+	if bare {
+		hb.ce(HeaderPrefix+"relaydunencodable", "true")
+	}
 	if c.FinalStateUnknown {
 		hb.ce(HeaderPrefix+"relaydfinalunknown", "true")
 	}
 	if len(c.Dropped) > 0 && !oversize {
 		hb.ce(HeaderPrefix+"relayddropped", strings.Join(c.Dropped, ","))
 	}
-	hb.add(HeaderContentType, ContentTypeJSON)
+	if !bare {
+		hb.add(HeaderContentType, ContentTypeJSON)
+	}
 	hb.add(HeaderMsgID, ev.msgID)
 	return Message{Subject: ev.subject, MsgID: ev.msgID, Header: hb.h, Data: data}
 }
@@ -651,6 +698,7 @@ func (e *Encoder) Control(s SyncEvent) Message {
 	b = append(b, `,"time":"`...)
 	b = ts.UTC().AppendFormat(b, TimeLayout)
 	b = append(b, '"')
+	b = append(b, e.jsonDCT...)
 	b = append(b, e.jsonCluster...)
 	if s.Namespace != "" {
 		b = appendJSONField(append(b, ','), "k8snamespace", s.Namespace)

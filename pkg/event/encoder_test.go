@@ -407,14 +407,58 @@ func TestEncodeOversize(t *testing.T) {
 			t.Error("ce-relaydoversize missing")
 		}
 
-		// Too big even as a reference.
-		opts.MaxPayload = 300
+		// One byte less than the reference event: sent without data.
+		opts.MaxPayload = msg.Size() - 1
+		bare, err := newTestEncoder(t, opts).Encode(c)
+		if err != nil {
+			t.Fatalf("binary=%v: too big as a reference: %v", binary, err)
+		}
+		checkBare(t, binary, bare, full, c, opts.MaxPayload)
+
+		// Too big even without data.
+		opts.MaxPayload = bare.Size() - 1
 		_, err = newTestEncoder(t, opts).Encode(c)
 		wantErr := `encode pods "shop/checkout-api-7f9c8d6b5-x2k4p" (uid "3f1c2b7e-9a4d-4e8b-b1c2-5d6e7f8a9b0c", resourceVersion "48213377"): event of ` +
-			strconv.Itoa(full.Size()) + ` bytes (` + strconv.Itoa(msg.Size()) + ` with the reference payload) exceeds the NATS max payload of 300 bytes`
+			strconv.Itoa(full.Size()) + ` bytes (` + strconv.Itoa(msg.Size()) + ` with the reference payload, ` + strconv.Itoa(bare.Size()) +
+			` without data) exceeds the NATS max payload of ` + strconv.Itoa(opts.MaxPayload) + ` bytes`
 		if err == nil || err.Error() != wantErr {
 			t.Errorf("binary=%v: error = %v\nwant %s", binary, err, wantErr)
 		}
+	}
+}
+
+// checkBare checks an event sent without data because its reference did not
+// fit limit: same id, subject and identity as full, relaydpayload "none",
+// relaydoversize and relaydunencodable, no data and no datacontenttype.
+func checkBare(t *testing.T, binary bool, bare, full Message, c *Change, limit int) {
+	t.Helper()
+	if bare.Size() > limit || !bare.Oversize || !bare.Unencodable {
+		t.Errorf("binary=%v: %d bytes (limit %d), Oversize=%v Unencodable=%v", binary, bare.Size(), limit, bare.Oversize, bare.Unencodable)
+	}
+	if bare.MsgID != full.MsgID || bare.Subject != full.Subject {
+		t.Errorf("binary=%v: the bare event changed the id or subject", binary)
+	}
+	env, err := DecodeMessage(bare.Header, bare.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !env.RelaydOversize || !env.RelaydUnencodable || env.RelaydPayload != "none" || len(env.Data) != 0 || env.DataContentType != "" {
+		t.Errorf("binary=%v: oversize=%v unencodable=%v payload=%q datacontenttype=%q data=%s", binary,
+			env.RelaydOversize, env.RelaydUnencodable, env.RelaydPayload, env.DataContentType, env.Data)
+	}
+	m := c.Meta
+	if env.K8sUID != m.UID || env.K8sName != m.Name || env.K8sNamespace != m.Namespace || env.K8sResourceVersion != m.ResourceVersion || env.K8sKind != "Pod" {
+		t.Errorf("binary=%v: identity %+v, want %+v", binary, env, m)
+	}
+	if !binary {
+		keys := append(slices.DeleteFunc(slices.Clone(objectKeys), func(k string) bool { return k == "data" || k == "datacontenttype" }),
+			"k8snamespace", "relaydoversize", "relaydunencodable")
+		decodeBody(t, bare.Data, keys...)
+		if !bytes.Contains(bare.Data, []byte(`,"relaydoversize":true,"relaydunencodable":true}`)) {
+			t.Errorf("relaydunencodable is not the JSON boolean true last: %s", bare.Data)
+		}
+	} else if len(bare.Data) != 0 || bare.Header["ce-relaydunencodable"][0] != "true" || bare.Header[HeaderContentType] != nil {
+		t.Errorf("binary bare event: body %q, headers %v", bare.Data, bare.Header)
 	}
 }
 

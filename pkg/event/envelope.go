@@ -29,12 +29,15 @@ type Envelope struct {
 	K8sUID             string `json:"k8suid"`
 	K8sResourceVersion string `json:"k8sresourceversion"`
 
-	RelaydSource       string `json:"relaydsource"`
-	RelaydOrigin       string `json:"relaydorigin"`
-	RelaydEpoch        uint64 `json:"relaydepoch"`
-	RelaydPayload      string `json:"relaydpayload"`
-	RelaydOversize     bool   `json:"relaydoversize"`
-	RelaydFinalUnknown bool   `json:"relaydfinalunknown"`
+	RelaydSource   string `json:"relaydsource"`
+	RelaydOrigin   string `json:"relaydorigin"`
+	RelaydEpoch    uint64 `json:"relaydepoch"`
+	RelaydPayload  string `json:"relaydpayload"`
+	RelaydOversize bool   `json:"relaydoversize"`
+	// RelaydUnencodable is true on an event sent without data because even
+	// its reference exceeded the NATS max payload (RelaydPayload "none").
+	RelaydUnencodable  bool `json:"relaydunencodable"`
+	RelaydFinalUnknown bool `json:"relaydfinalunknown"`
 	// RelaydDropped is the relayddropped extension: the canonical paths
 	// removed from the data, joined by "," (see Change.Dropped); "" when
 	// nothing was removed. Split it with strings.Split: canonical paths
@@ -157,6 +160,8 @@ func (env *Envelope) setAttr(name, v string) error {
 		env.RelaydPayload = v
 	case "relaydoversize":
 		env.RelaydOversize, err = strconv.ParseBool(v)
+	case "relaydunencodable":
+		env.RelaydUnencodable, err = strconv.ParseBool(v)
 	case "relaydfinalunknown", LegacyFinalUnknown:
 		env.RelaydFinalUnknown, err = strconv.ParseBool(v)
 	case "relayddropped":

@@ -23,8 +23,9 @@ import (
 // holds NATS messages exactly as this version writes them: object events in
 // structured mode (one application/cloudevents+json document) and in binary
 // mode (ce-* headers, the object as body), a resync delete with its final
-// state unknown, an oversize event with a dotted name, and the sync control
-// events. TestEventGoldenFiles checks that the encoder writes those bytes
+// state unknown, an oversize event with a dotted name, the same change as
+// the first sent without data (its reference exceeds the max payload), and
+// the sync control events. TestEventGoldenFiles checks that the encoder writes those bytes
 // and that DecodeMessage reads them back to the expected attributes.
 //
 // A golden file is a NATS message as text: "subject: <subject>", then the
@@ -147,6 +148,19 @@ func goldenEvents() []goldenEvent {
 		Data: []byte(nodeRef),
 	}
 
+	// The same change under a max payload that even its reference event
+	// exceeds: sent without data (no datacontenttype, relaydpayload
+	// "none", relaydoversize and relaydunencodable), relayddropped left out.
+	tiny := structured
+	tiny.MaxPayload = 800
+	tinyBinary := binary
+	tinyBinary.MaxPayload = 800
+	bareEnv := webEnv
+	bareEnv.DataContentType, bareEnv.RelaydPayload, bareEnv.RelaydDropped, bareEnv.Data = "", "none", "", nil
+	bareEnv.RelaydOversize, bareEnv.RelaydUnencodable = true, true
+	binaryBareEnv := bareEnv
+	binaryBareEnv.Data = []byte{}
+
 	started := event.SyncEvent{Namespace: "shop", Epoch: 3, Reason: "expired", FromResourceVersion: "48213", ToResourceVersion: "50122", Time: goldenTime}
 	completed := started
 	completed.Completed = true
@@ -173,6 +187,8 @@ func goldenEvents() []goldenEvent {
 		{file: "binary-deleted-resync-final-state-unknown.msg", opts: cmsBinary, change: cmDelete(), want: cmEnv},
 		{file: "structured-added-oversize-cluster-scoped.msg", opts: nodes, change: nodeAdd(), want: nodeEnv},
 		{file: "binary-added-oversize-cluster-scoped.msg", opts: nodesBinary, change: nodeAdd(), want: nodeEnv},
+		{file: "structured-modified-unencodable.msg", opts: tiny, change: web(), want: bareEnv},
+		{file: "binary-modified-unencodable.msg", opts: tinyBinary, change: web(), want: binaryBareEnv},
 		{file: "structured-sync-started.msg", opts: structured, sync: started, want: ctlEnv("started", ctlData)},
 		{file: "structured-sync-completed.msg", opts: structured, sync: completed, want: ctlEnv("completed", ctlDone)},
 		{file: "binary-sync-completed.msg", opts: binary, sync: completed, want: ctlEnv("completed", ctlDone)},

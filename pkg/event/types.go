@@ -58,6 +58,11 @@ const (
 	PayloadMetadata PayloadMode = "metadata"
 	// PayloadReference is {"apiVersion","kind","namespace","name","uid","resourceVersion"}.
 	PayloadReference PayloadMode = "reference"
+	// PayloadNone is the relaydpayload of an event sent without data
+	// because even its reference exceeded the NATS max payload
+	// (Message.Unencodable). A source cannot choose it and Change.Data
+	// never has it: Valid reports false.
+	PayloadNone PayloadMode = "none"
 )
 
 // Valid reports whether m is one of the defined payload modes.

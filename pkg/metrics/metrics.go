@@ -55,6 +55,7 @@ type Metrics struct {
 	PublishErrors    *prometheus.CounterVec   // source, reason
 	Duplicates       *prometheus.CounterVec   // source
 	Oversize         *prometheus.CounterVec   // source
+	Unencodable      *prometheus.CounterVec   // source
 	CheckpointWrites prometheus.Counter
 	CheckpointErrors prometheus.Counter
 	CheckpointAge    *Ages // source
@@ -78,7 +79,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.initState()
 	cs := []prometheus.Collector{
 		m.Events, m.EventsFiltered, m.EventsSuppressed, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
-		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.InFlightBytes, m.PublishErrors, m.Duplicates, m.Oversize,
+		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.InFlightBytes, m.PublishErrors, m.Duplicates, m.Oversize, m.Unencodable,
 		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.StreamUsable, m.SourceUp,
 		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, m.ForeignMessages, newBuildInfo(),
 		collectors.NewGoCollector(),
@@ -125,7 +126,7 @@ func (m *Metrics) initWatch() {
 
 // initPublish creates the metrics of publishing to JetStream: events
 // acknowledged, the lag to the PubAck, the in-flight window, failures,
-// duplicates and oversize events.
+// duplicates, and oversize and unencodable events.
 func (m *Metrics) initPublish() {
 	src := []string{"source"}
 	m.Events = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -150,6 +151,9 @@ func (m *Metrics) initPublish() {
 	}, src)
 	m.Oversize = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relayd_events_oversize_total", Help: "Events sent as a reference because the object exceeded the NATS max payload.",
+	}, src)
+	m.Unencodable = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "relayd_events_unencodable_total", Help: "Events sent without data (relaydunencodable) because even the object's reference exceeded the NATS max payload; consumers must re-read the object.",
 	}, src)
 	m.ForeignMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relayd_foreign_messages_total", Help: "Messages on relayd's own subjects that another publisher wrote (another cluster's k8scluster or source, or no relayd event), read by the source's index catch-up and never applied.",
@@ -231,8 +235,10 @@ func (m *Metrics) InitSource(source string) {
 	m.InFlight.WithLabelValues(source)
 	m.InFlightBytes.WithLabelValues(source)
 	m.PublishErrors.WithLabelValues(source, "error")
+	m.PublishErrors.WithLabelValues(source, "unencodable")
 	m.Duplicates.WithLabelValues(source)
 	m.Oversize.WithLabelValues(source)
+	m.Unencodable.WithLabelValues(source)
 	m.ForeignMessages.WithLabelValues(source)
 	m.CheckpointAge.Init(source)
 	m.SourceUp.WithLabelValues(source)

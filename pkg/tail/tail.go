@@ -226,7 +226,10 @@ func format(env *event.Envelope) string {
 		name = env.K8sNamespace + "/" + name
 	}
 	line := fmt.Sprintf("%s  %-15s %-22s %-40s rv=%-8s origin=%s", ts, typ, safe(env.K8sKind), safe(name), safe(env.K8sResourceVersion), safe(env.RelaydOrigin))
-	if env.RelaydOversize {
+	switch {
+	case env.RelaydUnencodable:
+		line += " (unencodable: sent without data)"
+	case env.RelaydOversize:
 		line += " (oversize: sent as reference)"
 	}
 	if env.RelaydFinalUnknown {
@@ -297,6 +300,7 @@ type structured struct {
 	RelaydEpoch        uint64          `json:"relaydepoch"`
 	RelaydPayload      string          `json:"relaydpayload,omitempty"`
 	RelaydOversize     bool            `json:"relaydoversize,omitempty"`
+	RelaydUnencodable  bool            `json:"relaydunencodable,omitempty"`
 	RelaydFinalUnknown bool            `json:"relaydfinalunknown,omitempty"`
 	RelaydDropped      string          `json:"relayddropped,omitempty"`
 	Data               json.RawMessage `json:"data,omitempty"`
@@ -309,7 +313,7 @@ func structuredOf(env *event.Envelope) structured {
 		K8sKind: env.K8sKind, K8sResource: env.K8sResource, K8sNamespace: env.K8sNamespace, K8sName: env.K8sName,
 		K8sUID: env.K8sUID, K8sResourceVersion: env.K8sResourceVersion, RelaydSource: env.RelaydSource,
 		RelaydOrigin: env.RelaydOrigin, RelaydEpoch: env.RelaydEpoch, RelaydPayload: env.RelaydPayload,
-		RelaydOversize: env.RelaydOversize, RelaydFinalUnknown: env.RelaydFinalUnknown, RelaydDropped: env.RelaydDropped,
+		RelaydOversize: env.RelaydOversize, RelaydUnencodable: env.RelaydUnencodable, RelaydFinalUnknown: env.RelaydFinalUnknown, RelaydDropped: env.RelaydDropped,
 		Data: env.Data,
 	}
 	if !env.Time.IsZero() {

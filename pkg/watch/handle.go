@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -114,27 +115,47 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		return w.o.Pipe.Submit(ctx, e)
 	}
 	data, dropped := it.Object.AppendShaped(nil, event.PayloadMode(w.o.Source.Payload), w.o.Shaping)
-	msg, err := w.enc.Encode(&event.Change{
+	msg, err := w.encode(&event.Change{
 		Type: c.typ, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
 		Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.o.Source.Payload), Data: data, Dropped: dropped,
-	})
+	}, len(it.Object.Raw))
 	if err != nil {
-		// Only an object whose bare reference exceeds the NATS max payload
-		// gets here. It is reported loudly and counted; the position moves
-		// on so one such object cannot wedge the source.
-		w.o.Metrics.PublishErrors.WithLabelValues(w.o.Source.Name, "unencodable").Inc()
-		w.log.Error("event cannot be encoded; NOT published", zap.String("object", meta.Namespace+"/"+meta.Name),
-			zap.String("uid", meta.UID), zap.String("resourceVersion", meta.ResourceVersion), zap.Error(err))
-		return w.o.Pipe.Submit(ctx, e)
-	}
-	if msg.Oversize {
-		w.o.Metrics.Oversize.WithLabelValues(w.o.Source.Name).Inc()
-		w.log.Warn("object exceeds the NATS max payload; sent as a reference", zap.String("object", meta.Namespace+"/"+meta.Name),
-			zap.Int("bytes", len(it.Object.Raw)))
+		return err
 	}
 	w.replayID(&msg)
 	e.Msg, e.ReadAt, e.Type, e.Origin = &msg, it.ReadAt, c.typ, it.Origin
 	return w.o.Pipe.Submit(ctx, e)
+}
+
+// errUnencodable marks a change that cannot be published at all.
+var errUnencodable = errors.New("change cannot be published")
+
+// encode builds the message of c (an object of size bytes, 0 if unknown)
+// and reports how far it had to shrink: to the reference (oversize), or to
+// no data at all (unencodable: even the reference exceeds the NATS max
+// payload; the event still names the change, docs/CONSUMING.md). A change
+// that cannot be published even so (or an invalid one) is an error: it is
+// neither published nor skipped, the watch restarts from its acknowledged
+// position and stalls there until the NATS max payload is raised
+// (docs/GUARANTEES.md, "Other decisions an operator should know").
+func (w *Watch) encode(c *event.Change, size int) (event.Message, error) {
+	msg, err := w.enc.Encode(c)
+	obj := zap.String("object", c.Meta.Namespace+"/"+c.Meta.Name)
+	switch {
+	case err != nil:
+		w.o.Metrics.PublishErrors.WithLabelValues(w.o.Source.Name, "unencodable").Inc()
+		w.log.Error("change cannot be published, not even without its data; the source stalls here (raise the NATS max payload)", obj,
+			zap.String("uid", c.Meta.UID), zap.String("resourceVersion", c.Meta.ResourceVersion), zap.Error(err))
+		return msg, fmt.Errorf("%w: %w", errUnencodable, err)
+	case msg.Unencodable:
+		w.o.Metrics.Unencodable.WithLabelValues(w.o.Source.Name).Inc()
+		w.log.Error("even the object's reference exceeds the NATS max payload; sent without data (relaydunencodable)", obj,
+			zap.String("uid", c.Meta.UID), zap.String("resourceVersion", c.Meta.ResourceVersion), zap.Int("bytes", msg.Size()))
+	case msg.Oversize:
+		w.o.Metrics.Oversize.WithLabelValues(w.o.Source.Name).Inc()
+		w.log.Warn("object exceeds the NATS max payload; sent as a reference", obj, zap.Int("bytes", size))
+	}
+	return msg, nil
 }
 
 // replayID gives msg the Nats-Msg-Id an older relayd stored the same change
@@ -207,15 +228,13 @@ func (w *Watch) syncDeleted(ctx context.Context, epoch uint64, readAt time.Time)
 			w.filtered.Inc()
 			return w.o.Pipe.Submit(ctx, e)
 		}
-		msg, err := w.enc.Encode(&event.Change{
+		msg, err := w.encode(&event.Change{
 			Type: event.Deleted, Origin: event.OriginResync, Epoch: epoch, Time: readAt.UTC(),
 			Resource: w.resource, FinalStateUnknown: true,
 			Meta: event.Meta{UID: o.UID, Namespace: o.Namespace, Name: o.Name, ResourceVersion: o.ResourceVersion},
-		})
+		}, 0)
 		if err != nil {
-			w.o.Metrics.PublishErrors.WithLabelValues(w.o.Source.Name, "unencodable").Inc()
-			w.log.Error("delete cannot be encoded; NOT published", zap.String("object", o.Namespace+"/"+o.Name), zap.Error(err))
-			return w.o.Pipe.Submit(ctx, e)
+			return err
 		}
 		w.replayID(&msg)
 		e.Msg, e.ReadAt, e.Type, e.Origin = &msg, readAt, event.Deleted, event.OriginResync

@@ -95,7 +95,8 @@ type Options struct {
 	// them under its ID (index.BucketOptions.FingerprintKeyID).
 	FingerprintKey *event.FingerprintKey
 	// MaxPayload is the NATS server's max payload (events above it are sent
-	// as references).
+	// as references, or without data; a change that fits not even so stalls
+	// the watch: see Watch.encode).
 	MaxPayload int
 	// Backoff is the restart backoff, fresh (watch.relistBackoff).
 	Backoff func() wait.Backoff

@@ -11,7 +11,8 @@ import (
 // Finding is one violation found by Check.
 type Finding struct {
 	// Check names the property: lost, gap-state, gap-delete, order,
-	// phantom, final, checkpoint-ahead, reference, duplicate, relist, exit.
+	// phantom, final, checkpoint-ahead, reference, duplicate, relist, exit,
+	// untraced, unflagged (trace.go).
 	Check  string `json:"check"`
 	Source string `json:"source"`
 	UID    string `json:"uid,omitempty"`
@@ -51,6 +52,13 @@ type Report struct {
 	// Samples counts checkpoint samples checked.
 	Samples  int       `json:"samples"`
 	Failures []Finding `json:"failures,omitempty"`
+
+	// Unencodable counts object events flagged relaydunencodable (first
+	// occurrences) of the objects History.Unencodable names;
+	// UnencodableTraced the reference changes such an event traced
+	// (trace.go).
+	Unencodable       int `json:"unencodable,omitempty"`
+	UnencodableTraced int `json:"unencodableTraced,omitempty"`
 }
 
 // OK reports whether no property was violated.
@@ -75,6 +83,9 @@ func (r Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, relists %v, %d exits (%d unexplained), %d checkpoint samples",
 		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Relists, r.Exits, r.UnexplainedExits, r.Samples)
+	if r.Unencodable > 0 || r.UnencodableTraced > 0 {
+		fmt.Fprintf(&b, ", %d unencodable changes traced by %d flagged events", r.UnencodableTraced, r.Unencodable)
+	}
 	if r.OK() {
 		b.WriteString(": OK")
 		return b.String()
@@ -143,7 +154,8 @@ func Check(h *History) Report {
 	c.checkSamples()
 	c.checkRelists()
 	c.checkExits()
-	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "gap-delete": 3, "gap-state": 4, "phantom": 5, "order": 6, "final": 7, "checkpoint-ahead": 8, "relist": 9, "duplicate": 10}
+	c.checkTraces()
+	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "phantom": 5, "order": 6, "final": 7, "checkpoint-ahead": 8, "relist": 9, "duplicate": 10, "unflagged": 11}
 	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return rank[c.rep.Failures[i].Check] < rank[c.rep.Failures[j].Check] })
 	return c.rep
 }

@@ -22,7 +22,10 @@
 //     index explains none;
 //   - every exit of relayd is one the run asked for: a kill it sent, or a
 //     failpoint kill armed by the scenario; any other exit (a panic, an
-//     error exit such as a failed index consistency check) fails the run.
+//     error exit such as a failed index consistency check) fails the run;
+//   - every change of an object whose events fit the NATS max payload
+//     only without data leaves its trace on the stream: its event
+//     flagged relaydunencodable, never a silent skip (trace.go).
 //
 // resourceVersions are compared as numbers here: the checker knows the
 // store is etcd (relayd itself treats them as opaque).
@@ -91,6 +94,9 @@ type Event struct {
 	Origin    string `json:"origin,omitempty"`
 	Epoch     uint64 `json:"epoch"`
 	Unknown   bool   `json:"finalStateUnknown,omitempty"`
+	// Unencodable: sent without data, flagged relaydunencodable (even
+	// the reference exceeded the NATS max payload).
+	Unencodable bool `json:"unencodable,omitempty"`
 	// Sync markers.
 	Reason string `json:"reason,omitempty"`
 	From   int64  `json:"from,omitempty"` // 0: no position (initial, no-checkpoint)
@@ -184,6 +190,11 @@ type History struct {
 	Samples []Sample  `json:"samples,omitempty"`
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended"`
+
+	// Unencodable names ("<source>/<name>") the objects whose events the
+	// run's NATS max payload fits only without data: every change of
+	// them must be on the stream flagged relaydunencodable (trace.go).
+	Unencodable []string `json:"unencodable,omitempty"`
 }
 
 // Save writes h as indented JSON.

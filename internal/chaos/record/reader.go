@@ -66,7 +66,7 @@ func Decode(seq uint64, header map[string][]string, data []byte) (history.Event,
 	switch {
 	case strings.HasSuffix(env.Type[:max(dot, 0)], ".object"):
 		e.Kind, e.Type = "object", env.Type[dot+1:]
-		e.UID, e.Namespace, e.Name, e.Unknown = env.K8sUID, env.K8sNamespace, env.K8sName, env.RelaydFinalUnknown
+		e.UID, e.Namespace, e.Name, e.Unknown, e.Unencodable = env.K8sUID, env.K8sNamespace, env.K8sName, env.RelaydFinalUnknown, env.RelaydUnencodable
 		if e.RV, err = history.ParseRV(env.K8sResourceVersion); err != nil {
 			return e, err
 		}

@@ -30,6 +30,16 @@ type Kind struct {
 	Kind       string
 	// Body fills the object's content for write number i.
 	Body func(obj *unstructured.Unstructured, i int)
+	// Name, if set, names the kind's object n (default "<source>-<n>").
+	Name func(n int) string
+}
+
+// name is the name of the kind's object n.
+func (k Kind) name(n int) string {
+	if k.Name != nil {
+		return k.Name(n)
+	}
+	return fmt.Sprintf("%s-%d", k.Source, n)
 }
 
 // ConfigMaps is the ConfigMap kind (data.i changes on every update).
@@ -100,7 +110,7 @@ func (w *Writer) Run(ctx context.Context) {
 	// down for a while); Duration bounds those.
 	for i, acked := 0, 0; acked < w.o.MaxWrites && time.Now().Before(deadline) && ctx.Err() == nil && (w.o.Done == nil || !w.o.Done(acked)); i++ {
 		k := w.o.Kinds[rng.IntN(len(w.o.Kinds))]
-		name := fmt.Sprintf("%s-%d", k.Source, rng.IntN(w.o.Objects))
+		name := k.name(rng.IntN(w.o.Objects))
 		st := state[k.Source+"/"+name]
 		if st == nil {
 			st = &objState{}

@@ -159,6 +159,28 @@ var Catalog = append([]Scenario{
 			}
 		},
 	},
+	{
+		// Every third object's name is 253 characters long, and relayd
+		// runs against a NATS server of the run's own whose max_payload
+		// fits those objects' events only without data: each of their
+		// changes must reach the stream flagged relaydunencodable (never
+		// skipped), across kill -9 and NATS restarts (unencodable.go).
+		Name: "unencodable", UnencodableEvery: 3, MinFaults: 2,
+		Faults: func(ctx context.Context, r *Run) {
+			for i := 0; quiet(ctx, r); i++ {
+				if i%2 == 0 {
+					r.Kill9()
+					continue
+				}
+				r.StopNATS()
+				Sleep(ctx, r.Between(500*time.Millisecond, 2*time.Second))
+				if err := r.StartNATS(); err != nil {
+					r.Fault("error", err.Error())
+					return
+				}
+			}
+		},
+	},
 }, clusterScenarios...)
 
 // proxyTarget is the part of faultproxy.Proxy the drivers use.

@@ -89,6 +89,10 @@ type Scenario struct {
 	// that many servers (Run.Cluster) instead of Env.NATS, with the stream
 	// and the index bucket replicated on all of them (cluster.go).
 	NATSCluster int
+	// UnencodableEvery > 0 gives every that many-th object a name so long
+	// that its events fit the max payload of a NATS server of the run's
+	// own only without data (unencodable.go).
+	UnencodableEvery int
 }
 
 // Params bound a run.
@@ -403,6 +407,12 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.Err = err
 		return res
 	}
+	e, stopOwn, err := ownNATS(e, s, cluster, ns)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer stopOwn()
 	jsc, err := startNATSCluster(s)
 	if err != nil {
 		res.Err = err
@@ -433,7 +443,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		}
 	}
 
-	kinds := []record.Kind{record.ConfigMaps("cms"), record.Widgets("widgets", testenv.WidgetGVR)}
+	kinds := writerKinds(s)
 	rev, err := k8s.EtcdRevision(ctx)
 	if err != nil {
 		res.Err = err
@@ -580,7 +590,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		r.proc.signal(sigKill) // restart without failpoints (not counted as a fault)
 	}
 
-	h := &history.History{Scenario: s.Name, Seed: p.Seed, Sources: []string{"cms", "widgets"}, Started: t0}
+	h := &history.History{Scenario: s.Name, Seed: p.Seed, Sources: []string{"cms", "widgets"}, Started: t0, Unencodable: unencodableNames(s, kinds, p.Objects)}
 	collect := func() error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

@@ -1,0 +1,137 @@
+package relay_test
+
+// A change whose event does not fit the NATS server's max payload even with
+// the reference payload, through relayd against the real servers (a NATS
+// server with a small max_payload): it is published without data, flagged
+// relaydunencodable, and counted; the position moves past it only once that
+// event is stored. If not even that fits, the source stalls at the change:
+// neither published nor skipped (docs/GUARANTEES.md, "Other decisions an
+// operator should know").
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/event"
+)
+
+// longName is a ConfigMap name of the maximum length (a DNS subdomain of
+// 253 characters): its identity alone makes the events large.
+var longName = strings.Repeat("u", 253)
+
+// unencodableLimits returns the smallest and the largest event without data
+// that a change of longName can have under any fixture (namespace of 1 to 63
+// characters, cluster "c" and up to 6 digits, resourceVersion of 1 to 20
+// digits, a delete's longer id) and the smallest reference event it can
+// have: a max payload in [bareMax, refMin) sends every change of it without
+// data, one under bareMin none.
+func unencodableLimits(t *testing.T) (bareMin, bareMax, refMin int) {
+	t.Helper()
+	cm := event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
+	encode := func(cluster, ns, rv string, typ event.Type, limit int) event.Message {
+		enc, err := event.NewEncoder(event.EncoderOptions{Cluster: cluster, Source: "cms", MaxPayload: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := enc.Encode(&event.Change{Type: typ, Origin: event.OriginWatch, Resource: cm, Time: time.Now(),
+			Meta: event.Meta{Namespace: ns, Name: longName, UID: strings.Repeat("0", 36), ResourceVersion: rv}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	bare := func(cluster, ns, rv string, typ event.Type) int {
+		ref := encode(cluster, ns, rv, typ, 0)
+		msg := encode(cluster, ns, rv, typ, ref.Size()-1)
+		if !msg.Unencodable {
+			t.Fatalf("no event without data under %d bytes", ref.Size()-1)
+		}
+		return msg.Size()
+	}
+	ref := encode("c", "n", "1", event.Added, 0)
+	return bare("c", "n", "1", event.Added), bare("c999999", strings.Repeat("n", 63), strings.Repeat("9", 20), event.Deleted), ref.Size()
+}
+
+func TestUnencodableChangeIsPublishedWithoutData(t *testing.T) {
+	_, bareMax, refMin := unencodableLimits(t)
+	if bareMax >= refMin {
+		t.Fatalf("no max payload between %d (largest bare event) and %d (smallest reference event)", bareMax, refMin)
+	}
+	n := testenv.NATST(t, testenv.NATSOptions{MaxPayload: int32(bareMax)})
+	f := newFixture(t, env, n, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	r := f.start(nil, true)
+	long := f.createCM(longName, map[string]string{"l": "1"}, map[string]string{"k": "v"})
+	long2 := f.updateCM(long, "k", "w")
+	f.deleteCM(longName)
+	after := f.createCM("after", nil, nil)
+
+	var deletedRV string
+	got := f.waitStored(30*time.Second, isEvent("added", longName, long.ResourceVersion), isEvent("modified", longName, long2.ResourceVersion),
+		isEvent("deleted", longName, ""), isEvent("added", "after", after.ResourceVersion))
+	for _, m := range got {
+		e := m.Env
+		if e.K8sName != longName {
+			continue
+		}
+		if !e.RelaydUnencodable || !e.RelaydOversize || e.RelaydPayload != "none" || len(e.Data) != 0 || e.DataContentType != "" ||
+			e.K8sUID != string(long.UID) || e.K8sNamespace != f.ns || e.K8sKind != "ConfigMap" || !strings.HasSuffix(m.Subject, "."+strings.TrimPrefix(e.Type, "k8s.object.")) {
+			t.Errorf("message %d %s: unencodable=%v oversize=%v payload=%q datacontenttype=%q data=%q uid=%s ns=%s kind=%s, want the flagged event without data",
+				m.Seq, m.Subject, e.RelaydUnencodable, e.RelaydOversize, e.RelaydPayload, e.DataContentType, e.Data, e.K8sUID, e.K8sNamespace, e.K8sKind)
+		}
+		if strings.HasSuffix(e.Type, ".deleted") {
+			deletedRV = e.K8sResourceVersion
+		}
+	}
+	if v := metricValue(t, r.reg, "relayd_events_unencodable_total", map[string]string{"source": "cms"}); v < 3 {
+		t.Errorf("relayd_events_unencodable_total{cms} = %v, want >= 3 (added, modified, deleted)", v)
+	}
+	if v := metricValue(t, r.reg, "relayd_publish_errors_total", map[string]string{"source": "cms", "reason": "unencodable"}); v != 0 {
+		t.Errorf("relayd_publish_errors_total{cms,unencodable} = %v, want 0: every change could be published", v)
+	}
+	// The position moved past the three changes, to "after" or beyond.
+	f.checkpointWithin("cms."+f.ns, after.ResourceVersion, "")
+	if rvNum(t, deletedRV) > rvNum(t, after.ResourceVersion) {
+		t.Errorf("delete at %s after the later create at %s", deletedRV, after.ResourceVersion)
+	}
+}
+
+func TestUnpublishableChangeStallsTheSource(t *testing.T) {
+	bareMin, _, _ := unencodableLimits(t)
+	// Under the smallest event without data of longName, over the sync
+	// markers and index entries (under 700 bytes).
+	n := testenv.NATST(t, testenv.NATSOptions{MaxPayload: int32(bareMin - 1)})
+	f := newFixture(t, env, n, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	r := f.start(nil, true)
+	before := f.createCM("before", nil, nil)
+	f.waitStored(30*time.Second, isEvent("added", "before", before.ResourceVersion))
+	long := f.createCM(longName, nil, nil)
+	f.createCM("after", nil, nil)
+
+	// Retried, not skipped: the failures are counted again and again.
+	f.eventually(30*time.Second, "unencodable publish errors retried", func() error {
+		if v := metricValue(t, r.reg, "relayd_publish_errors_total", map[string]string{"source": "cms", "reason": "unencodable"}); v < 3 {
+			return fmt.Errorf("relayd_publish_errors_total{cms,unencodable} = %v, want >= 3", v)
+		}
+		return nil
+	})
+	f.checkpointHolds("cms."+f.ns, long.ResourceVersion)
+	for _, m := range f.stored() {
+		if m.Env.K8sName == longName || m.Env.K8sName == "after" {
+			t.Errorf("message %d: %s %s published past a change that could not be", m.Seq, m.Env.Type, m.Env.K8sName)
+		}
+	}
+	if v := metricValue(t, r.reg, "relayd_events_unencodable_total", map[string]string{"source": "cms"}); v != 0 {
+		t.Errorf("relayd_events_unencodable_total{cms} = %v, want 0", v)
+	}
+}
