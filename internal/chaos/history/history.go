@@ -109,7 +109,10 @@ type Object struct {
 // Sample is one checkpoint read: the stored resourceVersion of a source's
 // watch and the stream's last sequence read right after it.
 type Sample struct {
-	At            time.Time `json:"at"`
+	At time.Time `json:"at"` // when the ConfigMap read was sent
+	// Read is when the ConfigMap read returned: the checkpoint was read at
+	// or before it (zero in histories recorded before it was kept).
+	Read          time.Time `json:"read,omitzero"`
 	Source        string    `json:"source"`
 	CheckpointRV  int64     `json:"checkpointRV"`
 	StreamLastSeq uint64    `json:"streamLastSeq"`
@@ -180,10 +183,17 @@ type History struct {
 	DuplicateWindow time.Duration `json:"duplicateWindow,omitempty"`
 	// Exits are relayd's exits during the run (nil in histories recorded
 	// before they were kept).
-	Exits   []Exit    `json:"exits,omitempty"`
-	Samples []Sample  `json:"samples,omitempty"`
-	Started time.Time `json:"started"`
-	Ended   time.Time `json:"ended"`
+	Exits   []Exit   `json:"exits,omitempty"`
+	Samples []Sample `json:"samples,omitempty"`
+	// SampleAttempts counts the sampler's tries, SampleErrors those that
+	// yielded no sample of some source (a server unavailable, the key
+	// missing, unparsable or at resourceVersion 0). SampleAttempts 0 with
+	// samples: recorded before they were kept (the failure rate is then
+	// not checked).
+	SampleAttempts int       `json:"sampleAttempts,omitempty"`
+	SampleErrors   int       `json:"sampleErrors,omitempty"`
+	Started        time.Time `json:"started"`
+	Ended          time.Time `json:"ended"`
 }
 
 // Save writes h as indented JSON.

@@ -24,9 +24,10 @@ type Sampler struct {
 	ns, name string
 	keys     map[string]string // checkpoint data key -> source
 
-	mu      sync.Mutex
-	samples []history.Sample
-	errs    int
+	mu       sync.Mutex
+	samples  []history.Sample
+	attempts int // samples tried
+	errs     int // tries that yielded no sample of some source
 }
 
 // NewSampler samples the checkpoint ConfigMap ns/name; keys maps its data
@@ -35,8 +36,9 @@ func NewSampler(cs kubernetes.Interface, js jetstream.JetStream, stream, ns, nam
 	return &Sampler{cs: cs, js: js, stream: stream, ns: ns, name: name, keys: keys}
 }
 
-// Run samples every interval (jittered) until ctx ends. Unavailable servers
-// skip a sample.
+// Run samples every interval (jittered) until ctx ends. A try that yields
+// no sample of some source (a server unavailable, the source's key
+// missing, unparsable or at resourceVersion 0) counts as failed.
 func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
 	for {
 		select {
@@ -51,8 +53,12 @@ func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
 func (s *Sampler) sample(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	s.mu.Lock()
+	s.attempts++
+	s.mu.Unlock()
 	at := time.Now()
 	cm, err := s.cs.CoreV1().ConfigMaps(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+	read := time.Now()
 	if err != nil {
 		s.fail()
 		return
@@ -69,6 +75,7 @@ func (s *Sampler) sample(ctx context.Context) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	got := 0
 	for k, v := range cm.Data {
 		src, ok := s.keys[k]
 		if !ok {
@@ -84,7 +91,11 @@ func (s *Sampler) sample(ctx context.Context) {
 		if err != nil || rv == 0 {
 			continue
 		}
-		s.samples = append(s.samples, history.Sample{At: at, Source: src, CheckpointRV: rv, StreamLastSeq: info.State.LastSeq})
+		got++
+		s.samples = append(s.samples, history.Sample{At: at, Read: read, Source: src, CheckpointRV: rv, StreamLastSeq: info.State.LastSeq})
+	}
+	if got < len(s.keys) {
+		s.errs++
 	}
 }
 
@@ -94,9 +105,10 @@ func (s *Sampler) fail() {
 	s.mu.Unlock()
 }
 
-// Samples returns the samples so far and how many attempts failed.
-func (s *Sampler) Samples() ([]history.Sample, int) {
+// Samples returns the samples so far, how many tries there were and how
+// many of them failed (yielded no sample of some source).
+func (s *Sampler) Samples() (samples []history.Sample, attempts, failed int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]history.Sample(nil), s.samples...), s.errs
+	return append([]history.Sample(nil), s.samples...), s.attempts, s.errs
 }
