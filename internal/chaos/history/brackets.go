@@ -182,11 +182,13 @@ func (c *checker) crashes() []time.Time {
 }
 
 // checkSampling: every source has a checkpoint sample, at most half of the
-// sampler's tries failed, and every fault is followed by a sample (so that
+// sampler's tries failed while the servers answered (and at most three
+// quarters in all: the restart scenarios keep the apiserver down for about
+// half the run), and every fault is followed by a sample (so that
 // checkpoint-ahead checked something around it).
 func (c *checker) checkSampling() {
 	h := c.h
-	c.rep.SampleAttempts, c.rep.SampleErrors = h.SampleAttempts, h.SampleErrors
+	c.rep.SampleAttempts, c.rep.SampleErrors, c.rep.SampleUnavailable = h.SampleAttempts, h.SampleErrors, h.SampleUnavailable
 	per := map[string]int{}
 	var last time.Time
 	for _, s := range h.Samples {
@@ -200,8 +202,13 @@ func (c *checker) checkSampling() {
 			c.fail(Finding{Check: "samples", Source: src, Detail: fmt.Sprintf("no checkpoint sample of the source (%d tries, %d failed)", h.SampleAttempts, h.SampleErrors)})
 		}
 	}
-	if h.SampleAttempts > 0 && 2*h.SampleErrors > h.SampleAttempts {
-		c.fail(Finding{Check: "samples", Source: "sampler", Detail: fmt.Sprintf("%d of %d checkpoint sampling tries failed (more than half)", h.SampleErrors, h.SampleAttempts)})
+	answered, failed := h.SampleAttempts-h.SampleUnavailable, h.SampleErrors-h.SampleUnavailable
+	switch {
+	case h.SampleAttempts == 0:
+	case 2*failed > answered:
+		c.fail(Finding{Check: "samples", Source: "sampler", Detail: fmt.Sprintf("%d of the %d checkpoint sampling tries the servers answered yielded no sample of some source (more than half)", failed, answered)})
+	case 4*h.SampleErrors > 3*h.SampleAttempts:
+		c.fail(Finding{Check: "samples", Source: "sampler", Detail: fmt.Sprintf("%d of %d checkpoint sampling tries failed (more than three quarters; %d with a server unavailable)", h.SampleErrors, h.SampleAttempts, h.SampleUnavailable)})
 	}
 	for _, f := range h.Faults {
 		if f.Kind != "error" && !last.After(f.At) {

@@ -49,11 +49,13 @@ type Report struct {
 	// the run did not ask for (each also a failure).
 	Exits            int `json:"exits"`
 	UnexplainedExits int `json:"unexplainedExits"`
-	// Samples counts checkpoint samples checked; SampleAttempts and
-	// SampleErrors are the sampler's tries and failed tries (History).
-	Samples        int `json:"samples"`
-	SampleAttempts int `json:"sampleAttempts"`
-	SampleErrors   int `json:"sampleErrors"`
+	// Samples counts checkpoint samples checked; SampleAttempts,
+	// SampleErrors and SampleUnavailable are the sampler's tries, failed
+	// tries and tries that found a server unavailable (History).
+	Samples           int `json:"samples"`
+	SampleAttempts    int `json:"sampleAttempts"`
+	SampleErrors      int `json:"sampleErrors"`
+	SampleUnavailable int `json:"sampleUnavailable"`
 	// RedoneLists counts lists that redid an aborted list of their source
 	// (same position and reason): the same relist, not another one.
 	RedoneLists int       `json:"redoneLists,omitempty"`
@@ -80,8 +82,8 @@ func (r Report) count(check string) int {
 // Summary is a one-paragraph account of the report.
 func (r Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, relists %v (%d aborted lists redone), %d exits (%d unexplained), %d checkpoint samples (%d of %d tries failed)",
-		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Relists, r.RedoneLists, r.Exits, r.UnexplainedExits, r.Samples, r.SampleErrors, r.SampleAttempts)
+	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, relists %v (%d aborted lists redone), %d exits (%d unexplained), %d checkpoint samples (%d of %d tries failed, %d with a server unavailable)",
+		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Relists, r.RedoneLists, r.Exits, r.UnexplainedExits, r.Samples, r.SampleErrors, r.SampleAttempts, r.SampleUnavailable)
 	if r.OK() {
 		b.WriteString(": OK")
 		return b.String()

@@ -509,11 +509,25 @@ func TestSamplingIsRequired(t *testing.T) {
 	}
 	s.h.Sources = []string{"cms"}
 
-	// More than half the tries failed (a skipped key counts as failed).
-	s.h.SampleAttempts, s.h.SampleErrors = 10, 6
-	wantOnly(t, Check(&s.h), map[string]int{"samples": 1})
-	s.h.SampleErrors = 5
-	wantOnly(t, Check(&s.h), map[string]int{})
+	// More than half the tries the servers answered failed (a skipped key
+	// counts as failed), or more than three quarters of all.
+	for _, c := range []struct {
+		errs, unavailable int
+		fails             bool
+	}{
+		{6, 0, true}, {5, 0, false}, // of 10 answered
+		{7, 3, true},                 // 4 of 7 answered
+		{7, 6, false}, {7, 7, false}, // 1 of 4 answered; none of 3
+		{8, 8, true}, // 8 of 10 in all
+	} {
+		s.h.SampleAttempts, s.h.SampleErrors, s.h.SampleUnavailable = 10, c.errs, c.unavailable
+		want := map[string]int{}
+		if c.fails {
+			want["samples"] = 1
+		}
+		wantOnly(t, Check(&s.h), want)
+	}
+	s.h.SampleAttempts, s.h.SampleErrors, s.h.SampleUnavailable = 10, 5, 0
 
 	// A fault after the last sample: nothing was sampled after it.
 	at := stored(s.seq).Add(time.Second)
@@ -528,7 +542,7 @@ func TestSamplingIsRequired(t *testing.T) {
 	// A history recorded before tries were counted still loads and checks
 	// (its failure rate is unknown); one without samples fails.
 	p := filepath.Join(t.TempDir(), "h.json")
-	s.h.SampleAttempts, s.h.SampleErrors = 0, 0
+	s.h.SampleAttempts, s.h.SampleErrors, s.h.SampleUnavailable = 0, 0, 0
 	if err := s.h.Save(p); err != nil {
 		t.Fatal(err)
 	}

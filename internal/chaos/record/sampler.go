@@ -24,10 +24,11 @@ type Sampler struct {
 	ns, name string
 	keys     map[string]string // checkpoint data key -> source
 
-	mu       sync.Mutex
-	samples  []history.Sample
-	attempts int // samples tried
-	errs     int // tries that yielded no sample of some source
+	mu          sync.Mutex
+	samples     []history.Sample
+	attempts    int // samples tried
+	errs        int // tries that yielded no sample of some source
+	unavailable int // of those, tries whose reads failed (a server down or unreachable)
 }
 
 // NewSampler samples the checkpoint ConfigMap ns/name; keys maps its data
@@ -38,7 +39,8 @@ func NewSampler(cs kubernetes.Interface, js jetstream.JetStream, stream, ns, nam
 
 // Run samples every interval (jittered) until ctx ends. A try that yields
 // no sample of some source (a server unavailable, the source's key
-// missing, unparsable or at resourceVersion 0) counts as failed.
+// missing, unparsable or at resourceVersion 0) counts as failed; one whose
+// reads failed also as unavailable.
 func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
 	for {
 		select {
@@ -102,13 +104,16 @@ func (s *Sampler) sample(ctx context.Context) {
 func (s *Sampler) fail() {
 	s.mu.Lock()
 	s.errs++
+	s.unavailable++
 	s.mu.Unlock()
 }
 
-// Samples returns the samples so far, how many tries there were and how
-// many of them failed (yielded no sample of some source).
-func (s *Sampler) Samples() (samples []history.Sample, attempts, failed int) {
+// Record puts the samples so far into h, with how many tries there were,
+// how many of them failed (yielded no sample of some source) and how many
+// of those found a server unavailable.
+func (s *Sampler) Record(h *history.History) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]history.Sample(nil), s.samples...), s.attempts, s.errs
+	h.Samples = append([]history.Sample(nil), s.samples...)
+	h.SampleAttempts, h.SampleErrors, h.SampleUnavailable = s.attempts, s.errs, s.unavailable
 }
