@@ -182,10 +182,9 @@ func (c *checker) crashes() []time.Time {
 }
 
 // checkSampling: every source has a checkpoint sample, at most half of the
-// sampler's tries failed while the servers answered (and at most three
-// quarters in all: the restart scenarios keep the apiserver down for about
-// half the run), and every fault is followed by a sample (so that
-// checkpoint-ahead checked something around it).
+// sampler's tries that the servers answered failed, and every fault is
+// followed by a sample (so that checkpoint-ahead checked something around
+// it).
 func (c *checker) checkSampling() {
 	h := c.h
 	c.rep.SampleAttempts, c.rep.SampleErrors, c.rep.SampleUnavailable = h.SampleAttempts, h.SampleErrors, h.SampleUnavailable
@@ -202,13 +201,12 @@ func (c *checker) checkSampling() {
 			c.fail(Finding{Check: "samples", Source: src, Detail: fmt.Sprintf("no checkpoint sample of the source (%d tries, %d failed)", h.SampleAttempts, h.SampleErrors)})
 		}
 	}
+	// Tries while a server was down cannot sample (they fail fast, so a
+	// restart scenario has most of its tries fail): they are excused, and
+	// every fault must still be followed by a sample.
 	answered, failed := h.SampleAttempts-h.SampleUnavailable, h.SampleErrors-h.SampleUnavailable
-	switch {
-	case h.SampleAttempts == 0:
-	case 2*failed > answered:
-		c.fail(Finding{Check: "samples", Source: "sampler", Detail: fmt.Sprintf("%d of the %d checkpoint sampling tries the servers answered yielded no sample of some source (more than half)", failed, answered)})
-	case 4*h.SampleErrors > 3*h.SampleAttempts:
-		c.fail(Finding{Check: "samples", Source: "sampler", Detail: fmt.Sprintf("%d of %d checkpoint sampling tries failed (more than three quarters; %d with a server unavailable)", h.SampleErrors, h.SampleAttempts, h.SampleUnavailable)})
+	if h.SampleAttempts > 0 && 2*failed > answered {
+		c.fail(Finding{Check: "samples", Source: "sampler", Detail: fmt.Sprintf("%d of the %d checkpoint sampling tries the servers answered yielded no sample of some source (more than half; %d more tries found a server unavailable)", failed, answered, h.SampleUnavailable)})
 	}
 	for _, f := range h.Faults {
 		if f.Kind != "error" && !last.After(f.At) {

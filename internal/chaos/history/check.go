@@ -339,7 +339,7 @@ func (c *checker) checkLost() {
 		}
 		ok, detail, reported := c.covering(ch, math.MaxUint64)
 		if !ok {
-			c.fail(Finding{Check: "lost", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: ch.Type + " not on the stream and not covered by a valid resync (see the bracket findings)"})
+			c.fail(Finding{Check: "lost", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: ch.Type + " not on the stream and not covered by a valid resync"})
 			continue
 		}
 		c.rep.CoveredByResync++

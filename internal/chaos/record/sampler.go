@@ -3,11 +3,13 @@ package record
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -62,17 +64,17 @@ func (s *Sampler) sample(ctx context.Context) {
 	cm, err := s.cs.CoreV1().ConfigMaps(s.ns).Get(ctx, s.name, metav1.GetOptions{})
 	read := time.Now()
 	if err != nil {
-		s.fail()
+		s.fail(err)
 		return
 	}
 	st, err := s.js.Stream(ctx, s.stream)
 	if err != nil {
-		s.fail()
+		s.fail(err)
 		return
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		s.fail()
+		s.fail(err)
 		return
 	}
 	s.mu.Lock()
@@ -101,10 +103,23 @@ func (s *Sampler) sample(ctx context.Context) {
 	}
 }
 
-func (s *Sampler) fail() {
+// fail counts a try whose read failed; unavailable unless the server
+// answered it with an error of the request itself (the ConfigMap or the
+// stream not found, forbidden, invalid): then the sampler is wrong, not a
+// server down.
+func (s *Sampler) fail(err error) {
+	var st apierrors.APIStatus
+	var jsErr jetstream.JetStreamError
+	answered := errors.Is(err, jetstream.ErrStreamNotFound) || errors.As(err, &jsErr)
+	if errors.As(err, &st) {
+		code := st.Status().Code
+		answered = code != 0 && code < 500 && code != 429
+	}
 	s.mu.Lock()
 	s.errs++
-	s.unavailable++
+	if !answered {
+		s.unavailable++
+	}
 	s.mu.Unlock()
 }
 
