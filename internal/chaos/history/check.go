@@ -10,9 +10,9 @@ import (
 
 // Finding is one violation found by Check.
 type Finding struct {
-	// Check names the property: lost, gap-state, gap-delete, order,
-	// phantom, final, checkpoint-ahead, reference, duplicate, relist, exit,
-	// untraced, unflagged (trace.go).
+	// Check names the property: lost, gap-state, gap-delete, bracket,
+	// order, phantom, final, checkpoint-ahead, samples, reference,
+	// duplicate, relist, exit, untraced, unflagged (trace.go).
 	Check  string `json:"check"`
 	Source string `json:"source"`
 	UID    string `json:"uid,omitempty"`
@@ -49,9 +49,17 @@ type Report struct {
 	// the run did not ask for (each also a failure).
 	Exits            int `json:"exits"`
 	UnexplainedExits int `json:"unexplainedExits"`
-	// Samples counts checkpoint samples checked.
-	Samples  int       `json:"samples"`
-	Failures []Finding `json:"failures,omitempty"`
+	// Samples counts checkpoint samples checked; SampleAttempts,
+	// SampleErrors and SampleUnavailable are the sampler's tries, failed
+	// tries and tries that found a server unavailable (History).
+	Samples           int `json:"samples"`
+	SampleAttempts    int `json:"sampleAttempts"`
+	SampleErrors      int `json:"sampleErrors"`
+	SampleUnavailable int `json:"sampleUnavailable"`
+	// RedoneLists counts lists that redid an aborted list of their source
+	// (same position and reason): the same relist, not another one.
+	RedoneLists int       `json:"redoneLists,omitempty"`
+	Failures    []Finding `json:"failures,omitempty"`
 
 	// Unencodable counts object events flagged relaydunencodable (first
 	// occurrences) of the objects History.Unencodable names;
@@ -81,8 +89,8 @@ func (r Report) count(check string) int {
 // Summary is a one-paragraph account of the report.
 func (r Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, relists %v, %d exits (%d unexplained), %d checkpoint samples",
-		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Relists, r.Exits, r.UnexplainedExits, r.Samples)
+	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, relists %v (%d aborted lists redone), %d exits (%d unexplained), %d checkpoint samples (%d of %d tries failed, %d with a server unavailable)",
+		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Relists, r.RedoneLists, r.Exits, r.UnexplainedExits, r.Samples, r.SampleErrors, r.SampleAttempts, r.SampleUnavailable)
 	if r.Unencodable > 0 || r.UnencodableTraced > 0 {
 		fmt.Fprintf(&b, ", %d unencodable changes traced by %d flagged events", r.UnencodableTraced, r.Unencodable)
 	}
@@ -113,24 +121,29 @@ type key struct {
 	del      bool
 }
 
+// gap is a valid, completed list (see checkBrackets).
 type gap struct {
 	from, to            int64
 	startedSeq, doneSeq uint64
-	reason              string
-	epoch               uint64
+	// firstSeq is the sync.started of the first list this one redoes
+	// (startedSeq if none): an aborted list's events count as this one's.
+	firstSeq uint64
+	reason   string
+	epoch    uint64
 }
 
 type checker struct {
 	h   *History
 	rep Report
 
-	first   map[key]uint64         // first sequence of each change on the stream
-	unknown map[[2]string]uint64   // src/uid -> first resync delete (final state unknown)
-	byUID   map[[2]string][]Change // reference changes per object, by rv
-	events  map[[2]string][]Event  // first occurrences of object events per object, in stream order
-	gaps    map[string][]gap       // per source
-	refKeys map[key]Change
-	starts  []Event // first occurrences of sync.started, in stream order
+	first     map[key]uint64         // first sequence of each change on the stream
+	unknown   map[[2]string]uint64   // src/uid -> first resync delete (final state unknown)
+	byUID     map[[2]string][]Change // reference changes per object, by rv
+	events    map[[2]string][]Event  // first occurrences of object events per object, in stream order
+	gaps      map[string][]gap       // per source: valid, completed lists
+	refKeys   map[key]Change
+	starts    []Event // first occurrences of sync.started, in stream order
+	completes []Event // first occurrences of sync.completed, in stream order
 }
 
 // Check checks h; see the package documentation for the properties.
@@ -148,14 +161,16 @@ func Check(h *History) Report {
 	c.rep.Relists = map[string]int{}
 	c.index()
 	c.checkReference()
+	c.checkBrackets()
 	c.checkLost()
 	c.checkPhantomsAndOrder()
 	c.checkFinal()
 	c.checkSamples()
+	c.checkSampling()
 	c.checkRelists()
 	c.checkExits()
 	c.checkTraces()
-	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "phantom": 5, "order": 6, "final": 7, "checkpoint-ahead": 8, "relist": 9, "duplicate": 10, "unflagged": 11}
+	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "bracket": 5, "phantom": 6, "order": 7, "final": 8, "checkpoint-ahead": 9, "samples": 10, "relist": 11, "duplicate": 12, "unflagged": 13}
 	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return rank[c.rep.Failures[i].Check] < rank[c.rep.Failures[j].Check] })
 	return c.rep
 }
@@ -174,8 +189,7 @@ func (c *checker) index() {
 	for _, l := range c.byUID {
 		sort.SliceStable(l, func(i, j int) bool { return l[i].RV < l[j].RV })
 	}
-	seen := map[string]Event{}        // Nats-Msg-Id -> its first message
-	started := map[[2]string]uint64{} // src/epoch -> seq
+	seen := map[string]Event{} // Nats-Msg-Id -> its first message
 	stream := append([]Event(nil), h.Stream...)
 	sort.SliceStable(stream, func(i, j int) bool { return stream[i].Seq < stream[j].Seq })
 	for _, e := range stream {
@@ -208,14 +222,10 @@ func (c *checker) index() {
 				c.first[sk] = e.Seq
 			}
 		case "sync.started":
-			started[[2]string{e.Source, fmt.Sprint(e.Epoch)}] = e.Seq
 			c.starts = append(c.starts, e)
 		case "sync.completed":
 			c.rep.Resyncs[e.Reason]++
-			c.gaps[e.Source] = append(c.gaps[e.Source], gap{
-				from: e.From, to: e.To, doneSeq: e.Seq, reason: e.Reason, epoch: e.Epoch,
-				startedSeq: started[[2]string{e.Source, fmt.Sprint(e.Epoch)}],
-			})
+			c.completes = append(c.completes, e)
 		}
 	}
 }
@@ -265,20 +275,40 @@ func (c *checker) onStream(ch Change, limit uint64) bool {
 	return ok && s <= limit
 }
 
-// covering returns the first resync of ch's source whose range covers ch.
-func (c *checker) covering(ch Change) (gap, bool) {
-	for _, g := range c.gaps[ch.Source] {
-		if g.from < ch.RV && ch.RV <= g.to {
-			return g, true
-		}
-	}
-	return gap{}, false
+// inList reports whether change ch is first on the stream inside the list
+// g (after its sync.started, or that of the aborted list it redoes) at or
+// before limit.
+func (c *checker) inList(ch Change, g gap, limit uint64) bool {
+	s, ok := c.first[key{ch.Source, ch.UID, ch.RV, ch.Type == Deleted}]
+	return ok && g.firstSeq < s && s <= limit
 }
 
-// gapState checks that the object of ch has, on the stream at or before
-// limit, its state as of the resync g: that version, or a delete if it was
-// gone by then (unless nothing of it was ever published). It returns a
-// failure detail, "" when fine, and whether a resync delete reported it.
+// covering finds a valid, completed list (gap) of ch's source whose range
+// covers ch, that began at or before limit and published the object's
+// state between its markers (at or before limit). inRange: some valid
+// gap's range covers ch; detail: why none of those published the state
+// ("" when one did); reported: a resync delete reported the object gone.
+func (c *checker) covering(ch Change, limit uint64) (inRange bool, detail string, reported bool) {
+	for _, g := range c.gaps[ch.Source] {
+		if g.from >= ch.RV || ch.RV > g.to || g.firstSeq > limit {
+			continue
+		}
+		d, rep := c.gapState(ch, g, min(g.doneSeq, limit))
+		if d == "" {
+			return true, "", rep
+		}
+		if !inRange {
+			inRange, detail = true, d
+		}
+	}
+	return inRange, detail, false
+}
+
+// gapState checks that the object of ch has, inside the list g and at or
+// before limit, its state as of the resync g: that version, or a delete if
+// it was gone by then (unless nothing of it was ever published). It
+// returns a failure detail, "" when fine, and whether a resync delete
+// reported it.
 func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 	k := [2]string{ch.Source, ch.UID}
 	var state *Change
@@ -291,8 +321,8 @@ func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 		return fmt.Sprintf("no reference state at the resync's toResourceVersion %d", g.to), false
 	}
 	if state.Type != Deleted {
-		if !c.onStream(*state, limit) {
-			return fmt.Sprintf("resync (%s, epoch %d, %d..%d) covers it but the object's state at %d (rv %d) is not on the stream", g.reason, g.epoch, g.from, g.to, g.to, state.RV), false
+		if !c.inList(*state, g, limit) {
+			return fmt.Sprintf("resync (%s, epoch %d, %d..%d, seq %d..%d) covers it but the object's state at %d (rv %d) is not on the stream between its markers", g.reason, g.epoch, g.from, g.to, g.firstSeq, g.doneSeq, g.to, state.RV), false
 		}
 		return "", false
 	}
@@ -303,10 +333,10 @@ func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 	if !published {
 		return "", false // created and deleted inside the gap: no trace is right
 	}
-	if c.onStream(*state, limit) {
+	if c.inList(*state, g, limit) {
 		return "", false
 	}
-	if s, ok := c.unknown[k]; ok && s <= limit {
+	if s, ok := c.unknown[k]; ok && g.firstSeq < s && s <= limit {
 		return "", true
 	}
 	return fmt.Sprintf("deleted inside the resync (%s, epoch %d, %d..%d) but no delete on the stream", g.reason, g.epoch, g.from, g.to), false
@@ -318,13 +348,12 @@ func (c *checker) checkLost() {
 		if c.onStream(ch, math.MaxUint64) {
 			continue
 		}
-		g, ok := c.covering(ch)
+		ok, detail, reported := c.covering(ch, math.MaxUint64)
 		if !ok {
-			c.fail(Finding{Check: "lost", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: ch.Type + " not on the stream and not covered by a resync"})
+			c.fail(Finding{Check: "lost", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: ch.Type + " not on the stream and not covered by a valid resync"})
 			continue
 		}
 		c.rep.CoveredByResync++
-		detail, reported := c.gapState(ch, g, math.MaxUint64)
 		if detail != "" {
 			check := "gap-state"
 			if strings.Contains(detail, "deleted inside") {
@@ -433,10 +462,8 @@ func (c *checker) checkSamples() {
 			if ch.RV > s.CheckpointRV || c.onStream(ch, s.StreamLastSeq) {
 				continue
 			}
-			detail := ""
-			if g, ok := c.covering(ch); ok && g.startedSeq != 0 && g.startedSeq <= s.StreamLastSeq {
-				detail, _ = c.gapState(ch, g, s.StreamLastSeq)
-			} else {
+			ok, detail, _ := c.covering(ch, s.StreamLastSeq)
+			if !ok {
 				detail = ch.Type + " not on the stream"
 			}
 			if detail != "" {
@@ -471,8 +498,9 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// explainRelist names what explains the relist that sync.started e began,
-// or "" when nothing does. A relist is explained by:
+// relistCauses returns the faults that could explain the relist that
+// sync.started e began (indices into h.Faults), or initial when it is the
+// source's first list. A relist is explained by:
 //
 //   - initial: the source's first list, before any watch event of it (the
 //     first start has no checkpoint; writes start after its checkpoint);
@@ -489,46 +517,45 @@ func cmpOr(a, b string) string {
 // Nothing else explains a relist: in particular a kill -9 of relayd, a
 // failpoint crash, a NATS restart or a network fault must resume from the
 // checkpoint and the index without one. A fault's time is compared with
-// the time JetStream stored sync.started (when recorded).
-func (c *checker) explainRelist(e Event, watchSeen bool, firstOfSource bool) string {
+// the time JetStream stored sync.started (when recorded). How many
+// relists one fault explains is checkRelists' business.
+func (c *checker) relistCauses(e Event, watchSeen bool, firstOfSource bool) (causes []int, initial bool) {
 	before := func(f Fault) bool { return e.Stored.IsZero() || f.At.Before(e.Stored) }
-	switch e.Reason {
-	case "initial":
-		if firstOfSource && !watchSeen && e.From == 0 {
-			return "initial by first start"
+	for i, f := range c.h.Faults {
+		if !before(f) {
+			continue
 		}
-	case "expired":
-		for _, f := range c.h.Faults {
-			switch f.Kind {
-			case FaultEtcdCompact, FaultAPIServerRestart, FaultAPIServerKill9, FaultEtcdRestart:
-				if before(f) && f.Rev > e.From {
-					return "expired by " + f.Kind
-				}
-			}
-		}
-	case "no-checkpoint":
-		for _, f := range c.h.Faults {
-			if f.Kind == FaultCheckpointDeleted && before(f) {
-				return "no-checkpoint by " + f.Kind
-			}
-		}
-	case "index-lost":
-		for _, f := range c.h.Faults {
-			if f.Kind == FaultBucketDeleted && before(f) {
-				return "index-lost by " + f.Kind
-			}
+		switch {
+		case e.Reason == "expired" && f.Rev > e.From &&
+			(f.Kind == FaultEtcdCompact || f.Kind == FaultAPIServerRestart || f.Kind == FaultAPIServerKill9 || f.Kind == FaultEtcdRestart),
+			e.Reason == "no-checkpoint" && f.Kind == FaultCheckpointDeleted,
+			e.Reason == "index-lost" && f.Kind == FaultBucketDeleted:
+			causes = append(causes, i)
 		}
 	}
-	return ""
+	return causes, e.Reason == "initial" && firstOfSource && !watchSeen && e.From == 0
 }
 
-// checkRelists: every relist is explained (see explainRelist).
+// checkRelists: every relist is explained (see relistCauses), and one
+// fault explains at most one relist per source, plus one more for each
+// crash of relayd after the last relist it explained (the relist redone
+// because relayd died before its checkpoint recorded the list). A list
+// that redoes an aborted list (retried after a failure, or after a crash,
+// from the same position for the same reason) is the same relist.
 func (c *checker) checkRelists() {
 	watchSeen := map[string]bool{} // source -> a watch event came before
 	starts := map[string]int{}
 	stream := append([]Event(nil), c.h.Stream...)
 	sort.SliceStable(stream, func(i, j int) bool { return stream[i].Seq < stream[j].Seq })
 	seen := map[string]bool{}
+	completed := map[[2]string]bool{}
+	for _, e := range c.completes {
+		completed[[2]string{e.Source, fmt.Sprint(e.Epoch)}] = true
+	}
+	prev := map[string]*Event{}          // source -> its previous sync.started
+	lastUse := map[[2]string]time.Time{} // source/fault index -> the last relist it explained
+	crashUsed := map[[2]string]bool{}    // source/crash index -> allowed a relist again
+	crashes := c.crashes()
 	for _, e := range stream {
 		switch {
 		case e.Kind == "object" && e.Origin == "watch":
@@ -539,9 +566,19 @@ func (c *checker) checkRelists() {
 				continue
 			}
 			seen[id] = true
+			if c.retried(e, prev, completed) {
+				c.rep.RedoneLists++
+				prev[e.Source] = &e
+				continue
+			}
+			prev[e.Source] = &e
 			starts[e.Source]++
-			why := c.explainRelist(e, watchSeen[e.Source], starts[e.Source] == 1)
-			if why != "" {
+			causes, initial := c.relistCauses(e, watchSeen[e.Source], starts[e.Source] == 1)
+			if initial {
+				c.rep.Relists["initial by first start"]++
+				continue
+			}
+			if why := c.assignRelist(e, causes, crashes, lastUse, crashUsed); why != "" {
 				c.rep.Relists[why]++
 				continue
 			}
@@ -550,11 +587,43 @@ func (c *checker) checkRelists() {
 			if !e.Stored.IsZero() {
 				at = "stored " + e.Stored.Format("15:04:05.000")
 			}
-			c.fail(Finding{Check: "relist", Source: e.Source, RV: e.From,
-				Detail: fmt.Sprintf("relist (reason %s, epoch %d, seq %d, %s) from resourceVersion %d is explained by no fault injected before it (faults: %s)",
-					e.Reason, e.Epoch, e.Seq, at, e.From, c.faultSummary())})
+			detail := fmt.Sprintf("relist (reason %s, epoch %d, seq %d, %s) from resourceVersion %d is explained by no fault injected before it (faults: %s)",
+				e.Reason, e.Epoch, e.Seq, at, e.From, c.faultSummary())
+			if len(causes) > 0 {
+				detail = fmt.Sprintf("relist (reason %s, epoch %d, seq %d, %s) from resourceVersion %d: a relist loop? every fault that could explain it (%d) already explained a relist of this source, with no relayd crash since",
+					e.Reason, e.Epoch, e.Seq, at, e.From, len(causes))
+			}
+			c.fail(Finding{Check: "relist", Source: e.Source, RV: e.From, Detail: detail})
 		}
 	}
+}
+
+// assignRelist picks the fault that explains relist e among causes: the
+// latest one that explained no relist of e's source yet, else one whose
+// last relist of the source was followed by a crash of relayd (each crash
+// allows one relist again). It returns the explanation, "" when none is
+// left.
+func (c *checker) assignRelist(e Event, causes []int, crashes []time.Time, lastUse map[[2]string]time.Time, crashUsed map[[2]string]bool) string {
+	for k := len(causes) - 1; k >= 0; k-- {
+		i := causes[k]
+		if _, used := lastUse[[2]string{e.Source, fmt.Sprint(i)}]; !used {
+			lastUse[[2]string{e.Source, fmt.Sprint(i)}] = e.Stored
+			return e.Reason + " by " + c.h.Faults[i].Kind
+		}
+	}
+	for _, i := range causes {
+		since := lastUse[[2]string{e.Source, fmt.Sprint(i)}]
+		for j, x := range crashes {
+			ck := [2]string{e.Source, fmt.Sprint(j)}
+			if crashUsed[ck] || !x.After(since) || (!e.Stored.IsZero() && !x.Before(e.Stored)) {
+				continue
+			}
+			crashUsed[ck] = true
+			lastUse[[2]string{e.Source, fmt.Sprint(i)}] = e.Stored
+			return e.Reason + " by " + c.h.Faults[i].Kind + " again after a crash"
+		}
+	}
+	return ""
 }
 
 func (c *checker) faultSummary() string {

@@ -11,10 +11,11 @@ import (
 // syn builds synthetic histories: objects written by a writer, seen by the
 // reference, relayed to a stream.
 type syn struct {
-	h   History
-	rv  int64
-	seq uint64
-	uid map[string]string
+	h     History
+	rv    int64
+	seq   uint64
+	uid   map[string]string
+	epoch uint64 // of the events published: the last sync.started's
 }
 
 // t0 is when the synthetic stream starts: message seq is stored at
@@ -24,7 +25,7 @@ var t0 = time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
 func stored(seq uint64) time.Time { return t0.Add(time.Duration(seq) * 10 * time.Millisecond) }
 
 func newSyn() *syn {
-	return &syn{h: History{Scenario: "synthetic", Sources: []string{"cms"}, DuplicateWindow: 10 * time.Minute}, rv: 100, uid: map[string]string{}}
+	return &syn{h: History{Scenario: "synthetic", Sources: []string{"cms"}, DuplicateWindow: 10 * time.Minute}, rv: 100, uid: map[string]string{}, epoch: 1}
 }
 
 // fault records a fault injected right after the last message so far
@@ -57,26 +58,38 @@ func (s *syn) publish(ch Change, origin string) Event {
 	if ch.Type == Deleted {
 		id += "/deleted"
 	}
-	e := Event{Seq: s.seq, Source: ch.Source, ID: id, MsgID: ch.Source + "/" + id, Stored: stored(s.seq), Kind: "object", Type: ch.Type, UID: ch.UID, Namespace: ch.Namespace, Name: ch.Name, RV: ch.RV, Origin: origin, Epoch: 1}
+	e := Event{Seq: s.seq, Source: ch.Source, ID: id, MsgID: ch.Source + "/" + id, Stored: stored(s.seq), Kind: "object", Type: ch.Type, UID: ch.UID, Namespace: ch.Namespace, Name: ch.Name, RV: ch.RV, Origin: origin, Epoch: s.epoch}
 	s.h.Stream = append(s.h.Stream, e)
 	return e
+}
+
+// sample is a checkpoint sample read right after message seq was stored.
+func (s *syn) sample(seq uint64, rv int64) Sample {
+	at := stored(seq).Add(6 * time.Millisecond)
+	return Sample{At: at, Read: at.Add(time.Millisecond), Source: "cms", CheckpointRV: rv, StreamLastSeq: seq}
 }
 
 func (s *syn) unknownDelete(last Change) {
 	s.seq++
 	id := fmt.Sprintf("%s/%d/deleted", last.UID, last.RV)
 	s.h.Stream = append(s.h.Stream, Event{Seq: s.seq, Source: "cms", ID: id, MsgID: "cms/" + id, Stored: stored(s.seq), Kind: "object", Type: Deleted,
-		UID: last.UID, Namespace: "ns", Name: last.Name, RV: last.RV, Origin: "resync", Unknown: true, Epoch: 2})
+		UID: last.UID, Namespace: "ns", Name: last.Name, RV: last.RV, Origin: "resync", Unknown: true, Epoch: s.epoch})
 }
 
 func (s *syn) marker(kind, reason string, epoch uint64, from, to int64) {
+	if kind == "sync.started" {
+		s.epoch = epoch
+	}
 	s.seq++
 	id := fmt.Sprintf("sync/ns/%d/%s", epoch, strings.TrimPrefix(kind, "sync."))
 	s.h.Stream = append(s.h.Stream, Event{Seq: s.seq, Source: "cms", ID: id, MsgID: "cms/" + id, Stored: stored(s.seq), Kind: kind, Reason: reason, Epoch: epoch, From: from, To: to})
 }
 
-// final records the final LIST from the reference.
+// final records the final LIST from the reference, and one checkpoint
+// sample (at the first position, so never ahead) after everything so far.
 func (s *syn) final() {
+	s.h.Samples = []Sample{s.sample(s.seq, 100)}
+	s.h.SampleAttempts, s.h.SampleErrors = 1, 0
 	s.h.Final = nil
 	last := map[string]Change{}
 	var order []string
@@ -282,7 +295,7 @@ func TestChangeOutsideTheResyncRangeIsLost(t *testing.T) {
 	s, _ := gapRun(true, true)
 	// Shrink the resync's range: the first gap change is no longer covered.
 	for i := range s.h.Stream {
-		if s.h.Stream[i].Kind == "sync.completed" {
+		if strings.HasPrefix(s.h.Stream[i].Kind, "sync.") {
 			s.h.Stream[i].From++
 		}
 	}
@@ -318,7 +331,7 @@ func TestCheckpointAheadOfAResyncIsCaught(t *testing.T) {
 	to := s.h.Stream[completed-1].To
 	// At the resync's position once everything is stored: fine. Right
 	// after sync.started, before the resync's objects: ahead.
-	s.h.Samples = []Sample{{Source: "cms", CheckpointRV: to, StreamLastSeq: completed}, {Source: "cms", CheckpointRV: to, StreamLastSeq: started}}
+	s.h.Samples = append(s.h.Samples, s.sample(completed, to), s.sample(started, to))
 	wantOnly(t, Check(&s.h), map[string]int{"checkpoint-ahead": 1})
 }
 
@@ -481,4 +494,256 @@ func TestUnplannedExitFails(t *testing.T) {
 			t.Errorf("the failures do not show %q:\n%s", want, r.Summary())
 		}
 	}
+}
+
+func TestSamplingIsRequired(t *testing.T) {
+	s := clean()
+	wantOnly(t, Check(&s.h), map[string]int{})
+
+	// No sample of a source: checkpoint-ahead checked nothing.
+	s.h.Sources = []string{"cms", "widgets"}
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"samples": 1})
+	if !strings.Contains(r.Summary(), "widgets") {
+		t.Errorf("the finding does not name the source:\n%s", r.Summary())
+	}
+	s.h.Sources = []string{"cms"}
+
+	// More than half the tries the servers answered failed (a skipped key
+	// counts as failed); tries while a server was down are excused.
+	for _, c := range []struct {
+		errs, unavailable int
+		fails             bool
+	}{
+		{6, 0, true}, {5, 0, false}, // of 10 answered
+		{7, 3, true},                 // 4 of 7 answered
+		{7, 6, false}, {7, 7, false}, // 1 of 4 answered; none of 3
+		{9, 9, false}, {9, 7, true}, // none of 1; 2 of 3 answered
+	} {
+		s.h.SampleAttempts, s.h.SampleErrors, s.h.SampleUnavailable = 10, c.errs, c.unavailable
+		want := map[string]int{}
+		if c.fails {
+			want["samples"] = 1
+		}
+		wantOnly(t, Check(&s.h), want)
+	}
+	s.h.SampleAttempts, s.h.SampleErrors, s.h.SampleUnavailable = 10, 5, 0
+
+	// A fault after the last sample: nothing was sampled after it.
+	at := stored(s.seq).Add(time.Second)
+	s.h.Faults = append(s.h.Faults, Fault{At: at, Kind: "kill-9"})
+	wantOnly(t, Check(&s.h), map[string]int{"samples": 1})
+	s.h.Samples = append(s.h.Samples, Sample{At: at.Add(time.Millisecond), Source: "cms", CheckpointRV: 100, StreamLastSeq: s.seq})
+	wantOnly(t, Check(&s.h), map[string]int{})
+	// Errors injecting a fault are not faults.
+	s.h.Faults = append(s.h.Faults, Fault{At: stored(s.seq).Add(time.Second), Kind: "error"})
+	wantOnly(t, Check(&s.h), map[string]int{})
+
+	// A history recorded before tries were counted still loads and checks
+	// (its failure rate is unknown); one without samples fails.
+	p := filepath.Join(t.TempDir(), "h.json")
+	s.h.SampleAttempts, s.h.SampleErrors, s.h.SampleUnavailable = 0, 0, 0
+	if err := s.h.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	h, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOnly(t, Check(h), map[string]int{})
+	h.Samples = nil
+	wantOnly(t, Check(h), map[string]int{"samples": 2}) // none of cms, none after the kill
+}
+
+// wrongFrom: a's second version is lost by the watch (before the position
+// relayd had when it relisted); a resync's markers claim a range that
+// starts before it.
+func wrongFrom(startedFrom, completedFrom int64) *syn {
+	s := newSyn()
+	s.publish(s.write("create", "a"), "watch")
+	s.h.Samples = []Sample{s.sample(s.seq, s.rv)} // the checkpoint reached a's creation
+	s.write("update", "a")                        // lost: relayd's watch skipped it
+	s.publish(s.write("create", "b"), "watch")
+	from := s.rv
+	a4 := s.write("update", "a")
+	s.fault(FaultEtcdCompact, s.rv)
+	s.marker("sync.started", "expired", 2, from+startedFrom, s.rv)
+	s.publish(a4, "resync")
+	s.marker("sync.completed", "expired", 2, from+completedFrom, s.rv)
+	samples := s.h.Samples
+	s.final()
+	s.h.Samples = append(samples, s.h.Samples...)
+	return s
+}
+
+func TestResyncFromMustBeRelaydsPosition(t *testing.T) {
+	wantOnly(t, Check(&wrongFrom(0, 0).h), map[string]int{"lost": 1})
+	// sync.completed claims an older position than its sync.started: it
+	// would forgive the loss.
+	wantOnly(t, Check(&wrongFrom(0, -2).h), map[string]int{"bracket": 1, "lost": 1})
+	// Both markers claim a position before a checkpoint read before the
+	// relist: relayd cannot have been there.
+	r := Check(&wrongFrom(-3, -3).h)
+	wantOnly(t, r, map[string]int{"bracket": 1, "lost": 1})
+	if !strings.Contains(r.Summary(), "fromResourceVersion 100 is before the checkpoint 101") {
+		t.Errorf("the finding does not say why:\n%s", r.Summary())
+	}
+	// A position is required, except for initial and no-checkpoint lists.
+	s := relistRun("expired", func(s *syn, from int64) { s.fault(FaultEtcdCompact, from+1) })
+	for i := range s.h.Stream {
+		s.h.Stream[i].From = 0
+	}
+	wantOnly(t, Check(&s.h), map[string]int{"bracket": 1})
+	s = relistRun("no-checkpoint", func(s *syn, from int64) { s.fault(FaultCheckpointDeleted, 0) })
+	for i := range s.h.Stream {
+		s.h.Stream[i].From = 0
+	}
+	wantOnly(t, Check(&s.h), map[string]int{})
+}
+
+func TestResyncEventsMustBeBetweenTheirMarkers(t *testing.T) {
+	s, _ := gapRun(true, true)
+	wantOnly(t, Check(&s.h), map[string]int{})
+	// c's resync event stored after sync.completed: the gap is not valid,
+	// so nothing it would cover is covered.
+	for i, e := range s.h.Stream {
+		if e.Kind == "sync.completed" {
+			s.h.Stream[i].Seq, s.h.Stream[i-2].Seq = s.h.Stream[i-2].Seq, e.Seq
+		}
+	}
+	// One finding per misplaced event, one for the list.
+	wantOnly(t, Check(&s.h), map[string]int{"bracket": 3, "lost": 4})
+	// A resync event of an epoch that has no markers.
+	s, _ = gapRun(true, true)
+	for i, e := range s.h.Stream {
+		if e.Name == "c" && e.Origin == "resync" {
+			s.h.Stream[i].Epoch = 7
+		}
+	}
+	wantOnly(t, Check(&s.h), map[string]int{"bracket": 1})
+}
+
+// A change is covered only by a resync whose list published the object's
+// state between its markers.
+func TestGapStateAfterTheResyncIsNotCovering(t *testing.T) {
+	s, _ := gapRun(true, false)
+	a3 := s.h.Reference[3]
+	s.publish(a3, "watch") // after sync.completed, and after c's update
+	s.final()
+	// Before: a's first gap version (covered) counted, the state being on
+	// the stream somewhere. Now the resync did not publish it.
+	wantOnly(t, Check(&s.h), map[string]int{"gap-state": 1})
+}
+
+// abortedRun: a relist from the position after the first three changes
+// (after an etcd compaction) publishes a's state, is aborted (relayd
+// crashes at crash, else its list fails), and is redone from the same
+// position in a new epoch unless redo is false.
+func abortedRun(crash, redo bool) *syn {
+	s := newSyn()
+	s.publish(s.write("create", "a"), "watch")
+	s.publish(s.write("create", "b"), "watch")
+	from := s.rv
+	s.write("update", "a") // inside the gap: a's state is the next one
+	a := s.write("update", "a")
+	b := s.write("update", "b")
+	s.fault(FaultEtcdCompact, s.rv)
+	s.marker("sync.started", "expired", 2, from, s.rv)
+	s.publish(a, "resync")
+	if crash {
+		s.h.Exits = append(s.h.Exits, Exit{At: stored(s.seq).Add(time.Millisecond), Status: "signal: killed", Killed: true, Planned: true})
+	}
+	if redo {
+		s.marker("sync.started", "expired", 3, from, s.rv) // a unchanged
+		s.publish(b, "resync")
+		s.marker("sync.completed", "expired", 3, from, s.rv)
+	}
+	s.final()
+	return s
+}
+
+func TestEveryListCompletes(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		r := Check(&abortedRun(crash, true).h)
+		wantOnly(t, r, map[string]int{})
+		// a's first gap version is covered by the redone list: a's state
+		// was published by the aborted one.
+		if r.RedoneLists != 1 || r.Relists["expired by etcd-compact"] != 1 || r.CoveredByResync != 1 {
+			t.Errorf("crash %v: redone %d, relists %v, covered %d", crash, r.RedoneLists, r.Relists, r.CoveredByResync)
+		}
+		// Never redone: a gap without its sync.completed.
+		r = Check(&abortedRun(crash, false).h)
+		wantOnly(t, r, map[string]int{"bracket": 1, "lost": 2, "final": 1})
+		if !strings.Contains(r.Summary(), "never completed") {
+			t.Errorf("the finding does not say why:\n%s", r.Summary())
+		}
+	}
+	// Redone from another position: not the same list.
+	s := abortedRun(true, true)
+	for i, e := range s.h.Stream {
+		if e.Epoch == 3 && strings.HasPrefix(e.Kind, "sync.") {
+			s.h.Stream[i].From++
+		}
+	}
+	wantOnly(t, Check(&s.h), map[string]int{"bracket": 1, "lost": 1})
+	// sync.completed without its sync.started.
+	s = abortedRun(true, true)
+	for i, e := range s.h.Stream {
+		if e.Epoch == 3 && e.Kind == "sync.started" {
+			s.h.Stream = append(s.h.Stream[:i], s.h.Stream[i+1:]...)
+			break
+		}
+	}
+	r := Check(&s.h)
+	if checks(r)["bracket"] == 0 {
+		t.Errorf("no bracket finding:\n%s", r.Summary())
+	}
+}
+
+// relistAgain: relistRun, then n more relists from the same position, the
+// first after crashes crashes of relayd (one before each relist).
+func relistAgain(reason, fault string, n, crashes int) *syn {
+	s := relistRun(reason, func(s *syn, from int64) { s.fault(fault, from+1) })
+	from := s.h.Stream[3].From
+	for i := range n {
+		if i < crashes {
+			s.h.Exits = append(s.h.Exits, Exit{At: stored(s.seq).Add(time.Millisecond), Status: "signal: killed", Killed: true, Planned: true})
+		}
+		ep := uint64(3 + i)
+		s.marker("sync.started", reason, ep, from, from)
+		s.marker("sync.completed", reason, ep, from, from)
+	}
+	s.final()
+	return s
+}
+
+func TestOneFaultExplainsOneRelistPerSource(t *testing.T) {
+	for _, c := range []struct{ reason, fault string }{
+		{"expired", FaultEtcdCompact},
+		{"expired", FaultAPIServerRestart},
+		{"no-checkpoint", FaultCheckpointDeleted},
+		{"index-lost", FaultBucketDeleted},
+	} {
+		// A loop: relisting again and again from the same position.
+		r := Check(&relistAgain(c.reason, c.fault, 2, 0).h)
+		wantOnly(t, r, map[string]int{"relist": 2})
+		if !strings.Contains(r.Summary(), "relist loop") {
+			t.Errorf("%s: the finding does not say why:\n%s", c.fault, r.Summary())
+		}
+		// A crash before the list's checkpoint was written: redone once.
+		r = Check(&relistAgain(c.reason, c.fault, 1, 1).h)
+		wantOnly(t, r, map[string]int{})
+		if want := c.reason + " by " + c.fault + " again after a crash"; r.Relists[want] != 1 {
+			t.Errorf("relists %v, want %q", r.Relists, want)
+		}
+		// One crash allows one more, not two.
+		wantOnly(t, Check(&relistAgain(c.reason, c.fault, 2, 1).h), map[string]int{"relist": 1})
+		wantOnly(t, Check(&relistAgain(c.reason, c.fault, 2, 2).h), map[string]int{})
+	}
+	// Two faults explain two relists.
+	s := relistRun("expired", func(s *syn, from int64) { s.fault(FaultEtcdCompact, from+1); s.fault(FaultEtcdRestart, from+1) })
+	s.marker("sync.started", "expired", 3, s.h.Stream[3].From, s.rv)
+	s.marker("sync.completed", "expired", 3, s.h.Stream[3].From, s.rv)
+	s.final()
+	wantOnly(t, Check(&s.h), map[string]int{})
 }

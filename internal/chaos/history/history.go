@@ -5,21 +5,40 @@
 // against docs/GUARANTEES.md, "Delivery guarantees":
 //
 //   - every reference change (uid, resourceVersion) is on the stream at
-//     least once, unless a resync (sync.started/sync.completed) covers it;
-//     a covered change's object must then have its state at the resync's
-//     toResourceVersion on the stream, or a delete if it was gone by then
-//     (a delete during a gap is reported, never silent);
+//     least once, unless a valid, completed list (below) covers it
+//     (fromResourceVersion < rv ≤ toResourceVersion); a covered change's
+//     object must then have its state at the list's toResourceVersion on
+//     the stream between that list's markers, or a delete if it was gone
+//     by then (a delete during a gap is reported, never silent);
+//   - gaps are bracketed (check "bracket"), per source and epoch, first
+//     occurrences in stream order: sync.started < every list event (origin
+//     resync or initial) of the epoch < sync.completed; both markers carry
+//     the same fromResourceVersion and reason; that position is at or
+//     after the last checkpoint of the source read (the read returned)
+//     before sync.started was stored, and only initial and no-checkpoint
+//     lists have none. relayd's epoch moves on with every list, also after
+//     a crash (the bucket's _epoch key, docs/GUARANTEES.md), so a crash
+//     or a failed list between the markers leaves a sync.started without
+//     sync.completed, and the list is redone in a new epoch from the same
+//     position: every sync.started must be completed, or followed by the
+//     source's next list from the same position for the same reason (the
+//     same relist redone; an event the aborted list published counts for
+//     it). A list that breaks a rule covers nothing;
 //   - per object, first occurrences on the stream are in resourceVersion
 //     order;
 //   - no message reports a change that never happened (phantom);
 //   - the last message of every object equals a final consistent LIST;
 //   - a sampled checkpoint is never ahead of what the stream held when it
-//     was sampled;
+//     was sampled, and that was checked (check "samples"): every source
+//     has a sample, at most half the sampler's tries failed, and every
+//     fault is followed by a sample;
 //   - no message id is stored twice inside the stream's duplicate window
 //     (JetStream must drop a replay; duplicates outside it are counted);
 //   - every relist (sync.started) is explained by a fault injected before
-//     it (see explainRelist), and a kill -9 with a current checkpoint and
-//     index explains none;
+//     it (see relistCauses), and a kill -9 with a current checkpoint and
+//     index explains none; a fault explains at most one relist per source,
+//     plus one per crash of relayd after the last relist it explained
+//     (checkRelists): a relist loop fails;
 //   - every exit of relayd is one the run asked for: a kill it sent, or a
 //     failpoint kill armed by the scenario; any other exit (a panic, an
 //     error exit such as a failed index consistency check) fails the run;
@@ -115,7 +134,10 @@ type Object struct {
 // Sample is one checkpoint read: the stored resourceVersion of a source's
 // watch and the stream's last sequence read right after it.
 type Sample struct {
-	At            time.Time `json:"at"`
+	At time.Time `json:"at"` // when the ConfigMap read was sent
+	// Read is when the ConfigMap read returned: the checkpoint was read at
+	// or before it (zero in histories recorded before it was kept).
+	Read          time.Time `json:"read,omitzero"`
 	Source        string    `json:"source"`
 	CheckpointRV  int64     `json:"checkpointRV"`
 	StreamLastSeq uint64    `json:"streamLastSeq"`
@@ -134,7 +156,7 @@ type Fault struct {
 	Rev int64 `json:"rev,omitempty"`
 }
 
-// Fault kinds that explain relists (see explainRelist).
+// Fault kinds that explain relists (see relistCauses).
 const (
 	FaultEtcdCompact       = "etcd-compact"
 	FaultAPIServerRestart  = "apiserver-restart"
@@ -186,10 +208,19 @@ type History struct {
 	DuplicateWindow time.Duration `json:"duplicateWindow,omitempty"`
 	// Exits are relayd's exits during the run (nil in histories recorded
 	// before they were kept).
-	Exits   []Exit    `json:"exits,omitempty"`
-	Samples []Sample  `json:"samples,omitempty"`
-	Started time.Time `json:"started"`
-	Ended   time.Time `json:"ended"`
+	Exits   []Exit   `json:"exits,omitempty"`
+	Samples []Sample `json:"samples,omitempty"`
+	// SampleAttempts counts the sampler's tries, SampleErrors those that
+	// yielded no sample of some source (a server unavailable, the key
+	// missing, unparsable or at resourceVersion 0), SampleUnavailable
+	// those of them whose reads failed (the apiserver or NATS down or
+	// unreachable). SampleAttempts 0 with samples: recorded before they
+	// were kept (the failure rate is then not checked).
+	SampleAttempts    int       `json:"sampleAttempts,omitempty"`
+	SampleErrors      int       `json:"sampleErrors,omitempty"`
+	SampleUnavailable int       `json:"sampleUnavailable,omitempty"`
+	Started           time.Time `json:"started"`
+	Ended             time.Time `json:"ended"`
 
 	// Unencodable names ("<source>/<name>") the objects whose events the
 	// run's NATS max payload fits only without data: every change of

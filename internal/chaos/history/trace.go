@@ -62,8 +62,8 @@ func (c *checker) checkTraces() {
 		if c.onStream(ch, math.MaxUint64) {
 			continue // on the stream unflagged: reported above
 		}
-		if _, ok := c.covering(ch); ok {
-			continue
+		if covered, _, _ := c.covering(ch, math.MaxUint64); covered {
+			continue // checked by the lost and gap rules
 		}
 		c.fail(Finding{Check: "untraced", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV,
 			Detail: ch.Type + " of an object whose events fit the max payload only without data has no trace on the stream (no event flagged relaydunencodable)"})

@@ -3,11 +3,13 @@ package record
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -24,9 +26,11 @@ type Sampler struct {
 	ns, name string
 	keys     map[string]string // checkpoint data key -> source
 
-	mu      sync.Mutex
-	samples []history.Sample
-	errs    int
+	mu          sync.Mutex
+	samples     []history.Sample
+	attempts    int // samples tried
+	errs        int // tries that yielded no sample of some source
+	unavailable int // of those, tries whose reads failed (a server down or unreachable)
 }
 
 // NewSampler samples the checkpoint ConfigMap ns/name; keys maps its data
@@ -35,8 +39,10 @@ func NewSampler(cs kubernetes.Interface, js jetstream.JetStream, stream, ns, nam
 	return &Sampler{cs: cs, js: js, stream: stream, ns: ns, name: name, keys: keys}
 }
 
-// Run samples every interval (jittered) until ctx ends. Unavailable servers
-// skip a sample.
+// Run samples every interval (jittered) until ctx ends. A try that yields
+// no sample of some source (a server unavailable, the source's key
+// missing, unparsable or at resourceVersion 0) counts as failed; one whose
+// reads failed also as unavailable.
 func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
 	for {
 		select {
@@ -51,24 +57,29 @@ func (s *Sampler) Run(ctx context.Context, interval time.Duration) {
 func (s *Sampler) sample(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	s.mu.Lock()
+	s.attempts++
+	s.mu.Unlock()
 	at := time.Now()
 	cm, err := s.cs.CoreV1().ConfigMaps(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+	read := time.Now()
 	if err != nil {
-		s.fail()
+		s.fail(err)
 		return
 	}
 	st, err := s.js.Stream(ctx, s.stream)
 	if err != nil {
-		s.fail()
+		s.fail(err)
 		return
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		s.fail()
+		s.fail(err)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	got := 0
 	for k, v := range cm.Data {
 		src, ok := s.keys[k]
 		if !ok {
@@ -84,19 +95,40 @@ func (s *Sampler) sample(ctx context.Context) {
 		if err != nil || rv == 0 {
 			continue
 		}
-		s.samples = append(s.samples, history.Sample{At: at, Source: src, CheckpointRV: rv, StreamLastSeq: info.State.LastSeq})
+		got++
+		s.samples = append(s.samples, history.Sample{At: at, Read: read, Source: src, CheckpointRV: rv, StreamLastSeq: info.State.LastSeq})
+	}
+	if got < len(s.keys) {
+		s.errs++
 	}
 }
 
-func (s *Sampler) fail() {
+// fail counts a try whose read failed; unavailable unless the server
+// answered it with an error of the request itself (the ConfigMap or the
+// stream not found, forbidden, invalid): then the sampler is wrong, not a
+// server down.
+func (s *Sampler) fail(err error) {
+	var st apierrors.APIStatus
+	var jsErr jetstream.JetStreamError
+	answered := errors.Is(err, jetstream.ErrStreamNotFound) || errors.As(err, &jsErr)
+	if errors.As(err, &st) {
+		code := st.Status().Code
+		answered = code != 0 && code < 500 && code != 429
+	}
 	s.mu.Lock()
 	s.errs++
+	if !answered {
+		s.unavailable++
+	}
 	s.mu.Unlock()
 }
 
-// Samples returns the samples so far and how many attempts failed.
-func (s *Sampler) Samples() ([]history.Sample, int) {
+// Record puts the samples so far into h, with how many tries there were,
+// how many of them failed (yielded no sample of some source) and how many
+// of those found a server unavailable.
+func (s *Sampler) Record(h *history.History) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]history.Sample(nil), s.samples...), s.errs
+	h.Samples = append([]history.Sample(nil), s.samples...)
+	h.SampleAttempts, h.SampleErrors, h.SampleUnavailable = s.attempts, s.errs, s.unavailable
 }

@@ -607,7 +607,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		if h.Final, h.FinalRV, err = record.FinalList(cctx, dyn, ns, kinds); err != nil {
 			return err
 		}
-		h.Samples, _ = sampler.Samples()
+		sampler.Record(h)
 		r.mu.Lock()
 		h.Faults = append([]history.Fault(nil), r.faults...)
 		r.mu.Unlock()
