@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -373,23 +372,7 @@ func TestSharedStreamIsNeverClobbered(t *testing.T) {
 	rw.unreadyGone(west)
 	east.relays("from-east")
 	west.relays("from-west")
-	after, err := testenv.JSRequest(ctx, east.nc, "$JS.API.STREAM.INFO."+name, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var subjects []string
-	if err := json.Unmarshal(after["subjects"], &subjects); err != nil {
-		t.Fatalf("subjects %s: %v", after["subjects"], err)
-	}
-	want := []string{"audit.>", "k8s." + east.cluster + ".>", "k8s." + west.cluster + ".>"}
-	slices.Sort(subjects)
-	slices.Sort(want)
-	if !slices.Equal(subjects, want) {
-		t.Errorf("subjects %q, want %q", subjects, want)
-	}
-	if diff := testenv.DiffConfigs(before, after, "subjects"); len(diff) > 0 {
-		t.Errorf("relayd changed more than the subjects of the shared stream:\n%s", strings.Join(diff, "\n"))
-	}
+	checkSharedConfig(t, east, before, "audit.>", "k8s."+east.cluster+".>", "k8s."+west.cluster+".>")
 }
 
 func TestStreamThatBreaksGuaranteesKeepsRelaydUnready(t *testing.T) {
