@@ -1,7 +1,9 @@
 package relay_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,15 +65,21 @@ func TestTwoClustersShareOneStream(t *testing.T) {
 	n1 := cm("n1", "")
 
 	ra, rb := fa.binary(), fb.binary()
-	ra.start()
-	rb.start()
 	completed := func(cluster, source string, after uint64) func(msg) bool {
 		return func(m msg) bool {
 			return m.Seq > after && m.Env.K8sCluster == cluster && m.Env.RelaydSource == source && isSync("completed")(m)
 		}
 	}
-	fa.waitStored(60*time.Second, completed(fa.cluster, "cms", 0), completed(fa.cluster, "all", 0),
-		completed(fb.cluster, "cms", 0), completed(fb.cluster, "all", 0))
+	// A creates the stream; B adopts it (adds its subject) and from then on
+	// neither changes anything of it (checkSharedConfig, at the end).
+	ra.start()
+	fa.waitStored(60*time.Second, completed(fa.cluster, "cms", 0), completed(fa.cluster, "all", 0))
+	created, err := testenv.JSRequest(t.Context(), fa.nc, "$JS.API.STREAM.INFO."+fa.stream, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb.start()
+	fa.waitStored(60*time.Second, completed(fb.cluster, "cms", 0), completed(fb.cluster, "all", 0))
 
 	// Live changes.
 	a1 = fa.updateCM(a1, "v", "2")
@@ -137,6 +145,30 @@ func TestTwoClustersShareOneStream(t *testing.T) {
 		t.Error("A's log does not report the foreign messages on its subjects")
 	}
 	checkShared(t, ms, fa.cluster, fb.cluster, onlyA, onlyB, n1.ResourceVersion)
+	checkSharedConfig(t, fa, created, "k8s."+fa.cluster+".>", "k8s."+fb.cluster+".>")
+}
+
+// checkSharedConfig compares the stream's configuration as the server
+// reports it (STREAM.INFO) with before, key by key, in full, but for
+// "subjects", which must be exactly subjects: relayd's only change to a
+// stream it shares is adding its subject (docs/GUARANTEES.md, "A shared
+// stream").
+func checkSharedConfig(t *testing.T, f *fixture, before map[string]json.RawMessage, subjects ...string) {
+	t.Helper()
+	after, err := testenv.JSRequest(t.Context(), f.nc, "$JS.API.STREAM.INFO."+f.stream, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := json.Unmarshal(after["subjects"], &got); err != nil {
+		t.Fatalf("subjects %s: %v", after["subjects"], err)
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(subjects))) {
+		t.Errorf("the shared stream's subjects %q, want %q", got, subjects)
+	}
+	if diff := testenv.DiffConfigs(before, after, "subjects"); len(diff) > 0 {
+		t.Errorf("relayd changed more than the subjects of the shared stream:\n%s", strings.Join(diff, "\n"))
+	}
 }
 
 // onCluster narrows want to cluster's messages.

@@ -360,7 +360,15 @@ func TestHelmChartRBACIsEnoughAndEveryPermissionIsNeeded(t *testing.T) {
 	if !slices.Equal(roles, want) {
 		t.Fatalf("the chart grants %q, want %q", roles, want)
 	}
-	checkRBACIsEnoughAndMinimal(t, newInstallOfBundle(t, env, natsSrv.URL(), bundleOf(t, chartDir, objs), nil))
+	in := newInstallOfBundle(t, env, natsSrv.URL(), bundleOf(t, chartDir, objs), nil)
+	// As applied, in full: resourceNames included.
+	core, list, rw := []string{""}, []string{"list", "watch"}, []string{"get", "update"}
+	checkAppliedRules(t, in.c, objs, []string{
+		rule("ClusterRole /relayd-helm", []string{"apps"}, []string{"deployments"}, nil, list),
+		rule("Role "+watched+"/relayd-helm-watch", core, []string{"configmaps"}, nil, list),
+		rule("Role relayd-helm/relayd-helm-checkpoint", core, []string{"configmaps"}, []string{"relayd-checkpoint"}, rw),
+	})
+	checkRBACIsEnoughAndMinimal(t, in)
 }
 
 // TestHelmLintSchemaAndFailures: helm lint --strict passes with the
@@ -597,6 +605,18 @@ natsSecret: {name: relayd.nats-1, mountPath: /etc/relayd-nats/}
 	for _, o := range objs {
 		c.apply(t, o)
 	}
+	// As applied, in full, rules in the chart's order.
+	core, list, rw := []string{""}, []string{"list", "watch"}, []string{"get", "update"}
+	checkAppliedRules(t, c, objs, []string{
+		rule("ClusterRole /"+release, []string{"networking.k8s.io"}, []string{"ingresses"}, nil, list),
+		rule("ClusterRole /"+release, []string{"certificates.k8s.io"}, []string{"certificatesigningrequests"}, nil, list),
+		rule("ClusterRole /"+release, []string{"flowcontrol.apiserver.k8s.io"}, []string{"flowschemas"}, nil, list),
+		rule("Role "+ns+"/relayd-edge-checkpoint", core, []string{"configmaps"}, []string{"relayd.positions-1"}, rw),
+		rule("Role "+ns+"/relayd-edge-leases", []string{"coordination.k8s.io"}, []string{"leases"}, strings.Split(leases, ","), rw),
+		rule("Role "+shop+"/relayd-edge-watch", core, []string{"configmaps"}, nil, list),
+		rule("Role "+shop+"/relayd-edge-watch", []string{"policy"}, []string{"poddisruptionbudgets"}, nil, list),
+		rule("Role "+staging+"/relayd-edge-watch", core, []string{"configmaps"}, nil, list),
+	})
 	as := tokenClient(t, env, c.serviceAccountToken(t, ns, release))
 	for _, p := range permissions(t, objs) {
 		waitAccess(t, as, p, true)

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -230,6 +231,9 @@ func (p *natsProbe) relayOne(ctx context.Context, r *relayd, timeout time.Durati
 func sharedStream(ctx context.Context, js jetstream.JetStream, b *bundle) error {
 	cfg := wantStream(b).Config()
 	cfg.Subjects = []string{"other.>"}
+	// Settings of its own, which relayd must leave as they are.
+	cfg.Description, cfg.Metadata = "relayd and other publishers", map[string]string{"owner": "platform"}
+	cfg.MaxMsgsPerSubject, cfg.AllowDirect = 1000, true
 	_, err := js.CreateStream(ctx, cfg)
 	return err
 }
@@ -290,6 +294,9 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamName, bucket := b.cfg.NATS.Stream.Name, b.cfg.NATS.Index.Bucket
+	// sharedBefore is the shared stream's configuration as the server
+	// reported it right after fresh created it.
+	var sharedBefore map[string]json.RawMessage
 	// fresh deletes the stream and bucket (and, with shared, creates the
 	// stream with other subjects) and empties the checkpoint.
 	fresh := func(t *testing.T, shared bool) {
@@ -311,6 +318,9 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 				}
 			}
 			if err != nil {
+				t.Fatal(err)
+			}
+			if sharedBefore, err = testenv.JSRequest(ctx, admin, "$JS.API.STREAM.INFO."+streamName, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -362,8 +372,22 @@ func TestNATSPermissionsAreEnoughAndEachIsNeeded(t *testing.T) {
 		}
 		t.Logf("with exactly the documented permissions (publish %v, subscribe %v), %s: relayed, restarted, relayed", perms.pub, perms.sub, what)
 	}
-	if s, err := js.Stream(ctx, streamName); err != nil || !slices.Equal(s.CachedInfo().Config.Subjects, []string{"other.>", b.cfg.StreamSubject()}) {
-		t.Fatalf("relayd should have added %q to the shared stream's subjects, and only that: %v", b.cfg.StreamSubject(), err)
+	// The shared stream after relayd's two runs: its subject added, nothing
+	// else changed, key by key in the server's JSON (docs/GUARANTEES.md, "A
+	// shared stream").
+	after, err := testenv.JSRequest(ctx, admin, "$JS.API.STREAM.INFO."+streamName, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subjects []string
+	if err := json.Unmarshal(after["subjects"], &subjects); err != nil || !slices.Equal(subjects, []string{"other.>", b.cfg.StreamSubject()}) {
+		t.Errorf("relayd should have added %q to the shared stream's subjects, and only that: %q (%v)", b.cfg.StreamSubject(), subjects, err)
+	}
+	if diff := testenv.DiffConfigs(sharedBefore, after, "subjects"); len(diff) > 0 {
+		t.Errorf("relayd changed more than the subjects of the shared stream:\n%s", strings.Join(diff, "\n"))
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 
 	for _, kind := range []string{"publish", "subscribe"} {

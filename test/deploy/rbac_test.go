@@ -325,7 +325,14 @@ func (in *install) sourceFor(t *testing.T, p permission) string {
 // TestListIsNeededWithoutStreamingLists proves, and to start a source with
 // `initial: none`.
 func TestShippedRBACIsEnoughAndEveryPermissionIsNeeded(t *testing.T) {
-	checkRBACIsEnoughAndMinimal(t, newInstall(t, env, natsSrv.URL()))
+	in := newInstall(t, env, natsSrv.URL())
+	ns, core, list, rw := in.b.namespace(), []string{""}, []string{"list", "watch"}, []string{"get", "update"}
+	checkAppliedRules(t, in.c, in.b.objs, []string{
+		rule("ClusterRole /relayd", core, []string{"configmaps"}, nil, list),
+		rule("ClusterRole /relayd", []string{"apps"}, []string{"deployments"}, nil, list),
+		rule("Role "+ns+"/relayd-checkpoint", core, []string{"configmaps"}, []string{"relayd-checkpoint"}, rw),
+	})
+	checkRBACIsEnoughAndMinimal(t, in)
 }
 
 // checkRBACIsEnoughAndMinimal runs relayd as the install's ServiceAccount:
@@ -680,4 +687,89 @@ func setKey(t testing.TB, m *yaml.Node, key, value string) {
 	k.SetString(key)
 	v.SetString(value)
 	m.Content = append(m.Content, k, v)
+}
+
+// appliedRules reads every Role and ClusterRole of objs back from the
+// apiserver and returns one line per rule, in full: the role's kind,
+// namespace and name, then the rule's apiGroups, resources, resourceNames,
+// verbs and nonResourceURLs as the apiserver stored them (lists in their
+// order, rules in theirs); the lines sorted by role.
+func appliedRules(t *testing.T, c *cluster, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	ctx := t.Context()
+	var out []string
+	add := func(kind, ns, name string, rules []rbacv1.PolicyRule) {
+		var lines []string
+		for _, r := range rules {
+			line := rule(kind+" "+ns+"/"+name, r.APIGroups, r.Resources, r.ResourceNames, r.Verbs)
+			if len(r.NonResourceURLs) > 0 {
+				line = strings.TrimSuffix(line, "[]") + fmt.Sprintf("%q", r.NonResourceURLs)
+			}
+			lines = append(lines, line)
+		}
+		if len(lines) == 0 {
+			lines = []string{fmt.Sprintf("%s %s/%s: no rules", kind, ns, name)}
+		}
+		out = append(out, lines...)
+	}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Role":
+			r, err := c.cs.RbacV1().Roles(o.GetNamespace()).Get(ctx, o.GetName(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("Role %s/%s as applied: %v", o.GetNamespace(), o.GetName(), err)
+			}
+			add("Role", r.Namespace, r.Name, r.Rules)
+		case "ClusterRole":
+			r, err := c.cs.RbacV1().ClusterRoles().Get(ctx, o.GetName(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("ClusterRole %s as applied: %v", o.GetName(), err)
+			}
+			add("ClusterRole", "", r.Name, r.Rules)
+		}
+	}
+	slices.SortStableFunc(out, byRole)
+	return out
+}
+
+// byRole orders rule lines of appliedRules by their role alone.
+func byRole(a, b string) int {
+	ra, _, _ := strings.Cut(a, ": ")
+	rb, _, _ := strings.Cut(b, ": ")
+	return strings.Compare(ra, rb)
+}
+
+// rule is a line of appliedRules: role is "<kind> <namespace>/<name>".
+func rule(role string, apiGroups, resources, resourceNames, verbs []string) string {
+	return fmt.Sprintf("%s: apiGroups=%q resources=%q resourceNames=%q verbs=%q nonResourceURLs=%q",
+		role, apiGroups, resources, resourceNames, verbs, []string(nil))
+}
+
+// checkAppliedRules compares the rules of every Role and ClusterRole of
+// objs as the apiserver holds them (appliedRules) with want, exactly: a
+// rule line missing, added or different fails, naming each.
+func checkAppliedRules(t *testing.T, c *cluster, objs []*unstructured.Unstructured, want []string) {
+	t.Helper()
+	got := appliedRules(t, c, objs)
+	want = slices.Clone(want)
+	slices.SortStableFunc(want, byRole)
+	if slices.Equal(got, want) {
+		return
+	}
+	var diff []string
+	for _, l := range want {
+		if !slices.Contains(got, l) {
+			diff = append(diff, "- "+l)
+		}
+	}
+	for _, l := range got {
+		if !slices.Contains(want, l) {
+			diff = append(diff, "+ "+l)
+		}
+	}
+	if len(diff) == 0 {
+		diff = append(diff, "(the same rules in another order)")
+	}
+	t.Fatalf("the RBAC rules as applied differ from the expected ones (- expected, + applied):\n%s\napplied:\n%s",
+		strings.Join(diff, "\n"), strings.Join(got, "\n"))
 }
