@@ -185,13 +185,25 @@ func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
 	if err := w.o.Pipe.Submit(ctx, sink.Entry{FollowUp: w.o.Bucket().EpochMsg(w.ix.prefix, it.Epoch), ObjectKey: epochGate, Epoch: it.Epoch}); err != nil {
 		return err
 	}
-	return w.o.Pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: epochGate, Epoch: it.Epoch, ReadAt: it.ReadAt})
+	if err := w.o.Pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: epochGate, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
+		return err
+	}
+	// The list's events are bracketed on the stream, not only in the order
+	// they are published: a publish that failed is retried after the ones
+	// behind it, so sync.started is acknowledged before the first listed
+	// object goes out (docs/CONSUMING.md, "No silent gap").
+	return w.o.Pipe.Drain(ctx)
 }
 
 // syncCompleted ends a list: the indexed objects it did not contain are
 // published as deleted, then sync.completed with the counts.
 func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
 	if err := w.syncDeleted(ctx, it.Epoch, it.ReadAt); err != nil {
+		return err
+	}
+	// Every event of the list is stored before sync.completed is published
+	// (see syncStarted).
+	if err := w.o.Pipe.Drain(ctx); err != nil {
 		return err
 	}
 	it.Sync.Counts = w.counts

@@ -36,6 +36,7 @@ type fakePipe struct {
 	mu        sync.Mutex
 	entries   []sink.Entry
 	drains    int
+	order     []string // "submit <i>" and "drain", in call order
 	watermark string
 	wmEpoch   uint64
 }
@@ -44,6 +45,7 @@ func (p *fakePipe) Submit(_ context.Context, e sink.Entry) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.entries = append(p.entries, e)
+	p.order = append(p.order, fmt.Sprintf("submit %d", len(p.entries)-1))
 	return nil
 }
 
@@ -51,6 +53,7 @@ func (p *fakePipe) Drain(context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.drains++
+	p.order = append(p.order, "drain")
 	return nil
 }
 
@@ -363,6 +366,12 @@ func TestRelistIsComparedWithTheIndex(t *testing.T) {
 	if e := r.pipe.entries; e[0].ObjectKey != epochGate || e[1].ObjectKey != epochGate {
 		t.Errorf("the epoch write and sync.started must share the gate key: %q, %q", e[0].ObjectKey, e[1].ObjectKey)
 	}
+	// A retried publish is stored after the ones behind it: the markers
+	// bracket the list on the stream only if sync.started is acked before
+	// the first listed object and every listed object before sync.completed.
+	sameLines(t, "submits and drains", r.pipe.order, []string{
+		"submit 0", "submit 1", "drain", "submit 2", "submit 3", "submit 4", "drain", "submit 5",
+	})
 	env, err := event.DecodeMessage(r.pipe.entries[5].Msg.Header, r.pipe.entries[5].Msg.Data)
 	if err != nil {
 		t.Fatal(err)
