@@ -192,10 +192,20 @@ func (c *checker) index() {
 	seen := map[string]Event{} // Nats-Msg-Id -> its first message
 	stream := append([]Event(nil), h.Stream...)
 	sort.SliceStable(stream, func(i, j int) bool { return stream[i].Seq < stream[j].Seq })
+	withIDs := false // the history kept Nats-Msg-Ids (older ones did not)
+	for _, e := range stream {
+		withIDs = withIDs || e.MsgID != ""
+	}
 	for _, e := range stream {
 		id := e.MsgID
 		if id == "" {
 			id = e.Source + "/" + e.ID
+			if withIDs {
+				// Without an id JetStream cannot drop its replays, and the
+				// duplicate rule below could not see them either.
+				c.fail(Finding{Check: "duplicate", Source: e.Source, UID: e.UID, Name: e.Name, RV: e.RV,
+					Detail: fmt.Sprintf("message at seq %d (%s %s) was stored without a Nats-Msg-Id", e.Seq, e.Kind, e.ID)})
+			}
 		}
 		if first, dup := seen[id]; dup {
 			c.rep.Duplicates++

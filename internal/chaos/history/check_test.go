@@ -225,6 +225,20 @@ func TestDuplicatesInsideTheWindowFail(t *testing.T) {
 	wantOnly(t, Check(&s.h), map[string]int{"duplicate": 2})
 }
 
+// A message without a Nats-Msg-Id cannot be deduplicated by JetStream:
+// a replay of it is stored again under an id the duplicate rule would
+// not match, so its absence is itself a failure.
+func TestMessageWithoutMsgIDFails(t *testing.T) {
+	s := clean()
+	e := s.publish(s.h.Reference[0], "watch")
+	s.h.Stream[len(s.h.Stream)-1].MsgID = ""
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"duplicate": 2}) // the replay, and its missing id
+	if !strings.Contains(r.Summary(), fmt.Sprintf("seq %d", e.Seq)) || !strings.Contains(r.Summary(), "without a Nats-Msg-Id") {
+		t.Errorf("the finding does not name the message: %s", r.Summary())
+	}
+}
+
 // A replay stored after the duplicate window has passed is legitimate
 // (at least once): counted, not failed.
 func TestDuplicatesOutsideTheWindowAreCountedNotFailed(t *testing.T) {
