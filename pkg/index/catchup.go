@@ -80,6 +80,12 @@ type CatchUpResult struct {
 	Legacy map[string]struct{}
 	// Foreign is how many messages in the range another publisher wrote.
 	Foreign int
+	// Last holds, with Legacy (a resume from the checkpoint), the
+	// resourceVersion of the last message of each object of the watch in
+	// the range (uid -> resourceVersion): the watch replays the changes
+	// before it, and must publish none of them again (see the watch's
+	// replay fences). Nil when none.
+	Last map[string]string
 }
 
 // CatchUp brings x (loaded from the bucket) up to what the event stream
@@ -126,7 +132,7 @@ func (s *StreamReader) CatchUp(ctx context.Context, log *zap.Logger, x *Index, c
 	if err := a.readAll(cons, c.From, res.To); err != nil {
 		return res, err
 	}
-	res.Read, res.Fixes, res.Legacy, res.Foreign = a.read, a.fixes(), a.legacy, a.foreign
+	res.Read, res.Fixes, res.Legacy, res.Foreign, res.Last = a.read, a.fixes(), a.legacy, a.foreign, a.last
 	if a.foreign > 0 {
 		if s.Foreign != nil {
 			s.Foreign.WithLabelValues(c.Source).Add(float64(a.foreign))
@@ -157,6 +163,7 @@ type applier struct {
 
 	cluster      string              // relayd's cluster name
 	legacy       map[string]struct{} // see CatchUpResult.Legacy
+	last         map[string]string   // see CatchUpResult.Last
 	foreign      int                 // see CatchUpResult.Foreign
 	firstForeign uint64              // the stream sequence of the first
 	why          string              // and what was wrong with it
@@ -233,6 +240,12 @@ func (a *applier) apply(seq uint64, subject string, h nats.Header, data []byte) 
 		return // a sync marker
 	}
 	o := Object{UID: env.K8sUID, Namespace: env.K8sNamespace, Name: env.K8sName, ResourceVersion: env.K8sResourceVersion}
+	if a.c.Legacy {
+		if a.last == nil {
+			a.last = map[string]string{}
+		}
+		a.last[o.UID] = o.ResourceVersion
+	}
 	cur, known := a.x.Get(o.UID)
 	if _, seen := a.before[o.UID]; !seen {
 		a.before[o.UID] = before{cur, known}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,6 +43,7 @@ type change struct {
 	typ      event.Type // what is published (a list item's type comes from the index)
 	publish  bool       // false: nothing is submitted (an unchanged list item)
 	suppress bool       // only ignoreChanges fields changed: the position moves, nothing is published
+	replay   bool       // a version older than the object's last on the stream: the position moves, nothing is published
 	indexed  bool       // the index changed: its bucket entry is written
 }
 
@@ -52,6 +54,9 @@ func (w *Watch) classify(it *source.Item, obj index.Object) change {
 	x := w.ix.idx
 	c := change{typ: it.Type, publish: true, indexed: true}
 	if it.Origin == event.OriginWatch {
+		if w.replayed(obj) {
+			return change{typ: it.Type, replay: true}
+		}
 		switch {
 		case c.typ == event.Deleted:
 			c.indexed = x.Delete(obj.UID)
@@ -94,6 +99,8 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	switch {
 	case c.suppress:
 		w.suppressed.Inc()
+		return w.o.Pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+	case c.replay:
 		return w.o.Pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 	case !c.publish:
 		return nil
@@ -158,6 +165,28 @@ func (w *Watch) encode(c *event.Change, size int) (event.Message, error) {
 	return msg, nil
 }
 
+// replayed reports whether a watch event of obj replays a version older
+// than the last one of obj on the stream (indexState.fences). Each of those
+// was published then, or suppressed by ignoreChanges: published again now,
+// a suppressed one would get a Nats-Msg-Id JetStream never saw and be
+// stored after the newer version, even after the object's delete. The
+// fence falls at the first event at or past its resourceVersion; an
+// unparsable resourceVersion lifts it (publishing again, as before,
+// rather than guessing an order).
+func (w *Watch) replayed(obj index.Object) bool {
+	last, ok := w.ix.fences[obj.UID]
+	if !ok {
+		return false
+	}
+	a, aerr := strconv.ParseUint(obj.ResourceVersion, 10, 64)
+	b, berr := strconv.ParseUint(last, 10, 64)
+	if aerr == nil && berr == nil && a < b {
+		return true
+	}
+	delete(w.ix.fences, obj.UID)
+	return false
+}
+
 // replayID gives msg the Nats-Msg-Id an older relayd stored the same change
 // with, if it did (indexState.legacy).
 func (w *Watch) replayID(msg *event.Message) {
@@ -172,6 +201,7 @@ func (w *Watch) replayID(msg *event.Message) {
 // syncStarted begins comparing a list with the index and publishes
 // sync.started, after recording its epoch in the bucket.
 func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
+	w.ix.fences = nil // a list compares with the index instead
 	w.ix.idx.BeginSync()
 	w.counts = event.SyncCounts{}
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "started").Inc()

@@ -140,10 +140,12 @@ func planFields(gen index.Generation, pos checkpoint.Position) []zap.Field {
 // entries it corrected. With legacy (a resume from the checkpoint), it
 // keeps the ids the replay must publish with an older relayd's Nats-Msg-Id.
 func (w *Watch) catchUp(ctx context.Context, from uint64, legacy bool) error {
+	w.ix.fences = nil
 	res, err := w.o.Stream.CatchUp(ctx, w.log, w.ix.idx, index.CatchUpOf{Source: w.o.Source.Name, Namespace: w.o.Namespace, From: from, Legacy: legacy})
 	if err != nil || from == 0 || from > res.To {
 		return err
 	}
+	w.ix.fences = res.Last
 	if w.ix.legacy = res.Legacy; len(res.Legacy) > 0 {
 		w.log.Info("changes after the checkpoint were stored by an older relayd; their replays keep its Nats-Msg-Ids",
 			zap.Int("changes", len(res.Legacy)))

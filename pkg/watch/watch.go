@@ -175,6 +175,11 @@ type indexState struct {
 	// (index.CatchUpResult.Legacy): republished with that id, JetStream
 	// drops them as duplicates.
 	legacy map[string]struct{}
+	// fences hold, after a resume from the checkpoint, the resourceVersion
+	// of each object's last message on the stream after it
+	// (index.CatchUpResult.Last): watch events of older versions are
+	// replays and are not published again (Watch.replayed).
+	fences map[string]string
 }
 
 // New returns the watch of o.Source in o.Namespace.
