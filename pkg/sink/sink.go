@@ -131,7 +131,8 @@ type Sink struct {
 // Default byte bounds: sized for the deployment's 256 MiB memory limit. A
 // message not yet acknowledged is held twice while NATS is unreachable
 // (the pipeline's copy and the client's reconnect buffer), so 48 MiB in
-// flight costs up to ~96 MiB.
+// flight costs up to ~96 MiB. pkg/relay's TestMemoryIsBoundedByBytes shows
+// them fitting (docs/CONFIGURATION.md, "Memory is bounded by bytes").
 const (
 	DefaultMaxInFlightBytes     = 16 << 20
 	DefaultProcessInFlightBytes = 48 << 20
