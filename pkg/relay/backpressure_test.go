@@ -214,6 +214,13 @@ func (f *fixture) storedHeaders() []storedChange {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	// Each call makes a consumer: delete it, or a long wait for a change
+	// that never comes reaches the server's limit on consumers.
+	defer func() {
+		if info := c.CachedInfo(); info != nil {
+			_ = s.DeleteConsumer(context.Background(), info.Name)
+		}
+	}()
 	info, err := s.Info(ctx)
 	if err != nil {
 		f.t.Fatal(err)
