@@ -52,6 +52,7 @@ type Metrics struct {
 	Lag              *prometheus.HistogramVec // source
 	InFlight         *prometheus.GaugeVec     // source
 	InFlightBytes    *prometheus.GaugeVec     // source
+	ProcessBytes     prometheus.Gauge         // every watch together
 	PublishErrors    *prometheus.CounterVec   // source, reason
 	Duplicates       *prometheus.CounterVec   // source
 	Oversize         *prometheus.CounterVec   // source
@@ -79,7 +80,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.initState()
 	cs := []prometheus.Collector{
 		m.Events, m.EventsFiltered, m.EventsSuppressed, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
-		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.InFlightBytes, m.PublishErrors, m.Duplicates, m.Oversize, m.Unencodable,
+		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.InFlightBytes, m.ProcessBytes, m.PublishErrors, m.Duplicates, m.Oversize, m.Unencodable,
 		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.StreamUsable, m.SourceUp,
 		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, m.ForeignMessages, newBuildInfo(),
 		collectors.NewGoCollector(),
@@ -143,6 +144,9 @@ func (m *Metrics) initPublish() {
 	m.InFlightBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "relayd_publish_in_flight_bytes", Help: "Bytes of publishes sent and not yet acknowledged (bounded by nats.maxInFlightBytes and nats.maxInFlightBytesPerWatch).",
 	}, src)
+	m.ProcessBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "relayd_publish_process_in_flight_bytes", Help: "Bytes of publishes sent and not yet acknowledged, every watch together (bounded by nats.maxInFlightBytes).",
+	})
 	m.PublishErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relayd_publish_errors_total", Help: "Failed publish attempts (each is retried; nothing is dropped), by reason.",
 	}, []string{"source", "reason"})

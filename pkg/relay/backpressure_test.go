@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/index"
@@ -42,14 +41,22 @@ type served struct {
 // the given extra environment.
 func serve(t *testing.T, p *relaydProc, env ...string) *served {
 	t.Helper()
+	return serveWrapped(t, p, nil, env...)
+}
+
+// serveWrapped is serve with relayd's command line run by wrap (a command
+// that ends by exec'ing its arguments), if set.
+func serveWrapped(t *testing.T, p *relaydProc, wrap []string, env ...string) *served {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(p.bin, "run", "-c", p.conf, "--kubeconfig", p.kc,
+	argv := append(append([]string(nil), wrap...), p.bin, "run", "-c", p.conf, "--kubeconfig", p.kc,
 		"--metrics-bind-address", addr, "--health-probe-bind-address", addr, "--log-level", "info")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), relay.IndexCheckEnv+"=1"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.OpenFile(filepath.Join(p.dir, "relayd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -207,6 +214,13 @@ func (f *fixture) storedHeaders() []storedChange {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	// Each call makes a consumer: delete it, or a long wait for a change
+	// that never comes reaches the server's limit on consumers.
+	defer func() {
+		if info := c.CachedInfo(); info != nil {
+			_ = s.DeleteConsumer(context.Background(), info.Name)
+		}
+	}()
 	info, err := s.Info(ctx)
 	if err != nil {
 		f.t.Fatal(err)
@@ -425,126 +439,4 @@ func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
 		return nil
 	})
 	s.p.stop()
-}
-
-// TestMemoryIsBoundedByBytes: 300 ConfigMaps of ~900 KiB each change while
-// NATS is down. maxInFlight (256) alone would let ~230 MiB wait for acks;
-// the byte bounds (defaults: 16 MiB per watch, 48 MiB per process) keep
-// relayd, under GOMEMLIMIT=192MiB, below 256 MiB of RSS (the deployment's
-// limit) throughout, and nothing is lost. The peak is in the test log.
-// Where the machine lets the test make a memory cgroup (cgroup v1 or v2,
-// writable), relayd also runs under a 256 MiB hard limit, as in a pod: an
-// OOM kill would fail its clean exit at the end.
-func TestMemoryIsBoundedByBytes(t *testing.T) {
-	alongside(t)
-	n := testenv.NATST(t, testenv.NATSOptions{})
-	f := newFixture(t, env, n, `
-  - name: cms
-    apiVersion: v1
-    kind: ConfigMap
-    namespaces: [$NS]`)
-	ref := f.reference("")
-	// The deployment's window, not the suite's 64.
-	f.cfgYAML = strings.Replace(f.cfgYAML, "  maxInFlight: 64\n", "  maxInFlight: 256\n", 1)
-	s := serve(t, f.binary(), "GOMEMLIMIT=192MiB")
-	pid := s.p.cmd.Process.Pid
-	if where, err := memoryCgroup(t, pid, 256<<20); err != nil {
-		t.Logf("relayd runs without a memory cgroup (%v): GOMEMLIMIT and the RSS assertion only", err)
-	} else {
-		t.Logf("relayd runs in memory cgroup %s, limit 256 MiB", where)
-	}
-	f.eventually(60*time.Second, "relayd ready", s.ready)
-	mem := sampleRSS(t, pid, 50*time.Millisecond)
-	src := map[string]string{"source": "cms"}
-
-	const objects = 300
-	big := strings.Repeat("x", 900<<10)
-	cms := make([]*corev1.ConfigMap, objects)
-	for i := range cms {
-		cms[i] = f.createCM(fmt.Sprintf("big-%03d", i), nil, map[string]string{"v": "0", "blob": big})
-	}
-	f.waitEveryChangeHeaders(ref, 3*time.Minute)
-
-	n.Stop()
-	// Every object changes while NATS is down: the watch delivers 300
-	// frames of ~900 KiB; relayd may hold only what its byte bounds allow.
-	big2 := strings.Repeat("y", 900<<10)
-	for i := range cms {
-		cm := cms[i].DeepCopy()
-		cm.Data["blob"] = big2
-		cm.Data["v"] = "1"
-		var err error
-		if cms[i], err = f.cs.CoreV1().ConfigMaps(f.ns).Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var maxBytes float64
-	f.eventually(60*time.Second, "the byte window full", func() error {
-		v, err := s.metric("relayd_publish_in_flight_bytes", src)
-		if err != nil {
-			return err
-		}
-		maxBytes = max(maxBytes, v)
-		if v < 8<<20 {
-			return fmt.Errorf("relayd_publish_in_flight_bytes = %v, want the window (16 MiB) nearly full", v)
-		}
-		return nil
-	})
-	if maxBytes > 16<<20 {
-		t.Errorf("relayd_publish_in_flight_bytes = %v, over nats.maxInFlightBytesPerWatch (16 MiB)", maxBytes)
-	}
-	inflight, _ := s.metric("relayd_publish_in_flight", src)
-	time.Sleep(3 * time.Second) // let publish timeouts and retries run during the outage
-
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	f.waitEveryChangeHeaders(ref, 5*time.Minute)
-	mem.close()
-	hwm, err := procStatusKiB(pid, "VmHWM")
-	if err != nil {
-		t.Fatal(err)
-	}
-	samples, peak := mem.summary()
-	t.Logf("NATS down, 300 changes of ~900 KiB: %v publishes and %.1f MiB in flight; relayd RSS peak %.1f MiB (%d samples), VmHWM %.1f MiB, under GOMEMLIMIT=192MiB",
-		inflight, maxBytes/(1<<20), peak, samples, float64(hwm)/1024)
-	if hwmMiB := float64(hwm) / 1024; hwmMiB >= 256 {
-		t.Errorf("relayd's RSS reached %.1f MiB (VmHWM), want under 256 MiB", hwmMiB)
-	}
-	f.assertOnceInOrder(ref)
-	s.p.stop()
-}
-
-// memoryCgroup puts pid into a new memory cgroup limited to limit bytes,
-// removed at the end of the test, and returns its path; an error when the
-// machine does not allow it (no writable cgroup hierarchy).
-func memoryCgroup(t *testing.T, pid int, limit int64) (string, error) {
-	name := fmt.Sprintf("relayd-test-%d", pid)
-	for _, c := range []struct{ dir, limitFile string }{
-		{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"}, // v1
-		{"/sys/fs/cgroup", "memory.max"},                   // v2
-	} {
-		dir := filepath.Join(c.dir, name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, c.limitFile)); err != nil {
-			os.Remove(dir) // not a cgroup with a memory controller
-			continue
-		}
-		t.Cleanup(func() {
-			// The process is gone by then (or moved out with it).
-			for i := 0; i < 50 && os.Remove(dir) != nil; i++ {
-				time.Sleep(100 * time.Millisecond)
-			}
-		})
-		if err := os.WriteFile(filepath.Join(dir, c.limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
-			return "", fmt.Errorf("%s: %w", c.limitFile, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-			return "", fmt.Errorf("cgroup.procs: %w", err)
-		}
-		return dir, nil
-	}
-	return "", fmt.Errorf("no writable memory cgroup hierarchy under /sys/fs/cgroup")
 }

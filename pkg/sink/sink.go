@@ -131,7 +131,8 @@ type Sink struct {
 // Default byte bounds: sized for the deployment's 256 MiB memory limit. A
 // message not yet acknowledged is held twice while NATS is unreachable
 // (the pipeline's copy and the client's reconnect buffer), so 48 MiB in
-// flight costs up to ~96 MiB.
+// flight costs up to ~96 MiB. pkg/relay's TestMemoryIsBoundedByBytes shows
+// them fitting (docs/CONFIGURATION.md, "Memory is bounded by bytes").
 const (
 	DefaultMaxInFlightBytes     = 16 << 20
 	DefaultProcessInFlightBytes = 48 << 20
@@ -372,7 +373,11 @@ func (p *Pipeline) acquire(ctx context.Context, pe *pending, first *event.Messag
 	p.mu.Lock()
 	p.held += w
 	p.mu.Unlock()
+	// The gauges go up only once both budgets are held, and down before
+	// either is given back (releaseBytes, Close): so they never show more
+	// than is held, and a sample of them never exceeds a bound.
 	p.inBytes.Add(float64(w))
+	p.s.o.Metrics.ProcessBytes.Add(float64(w))
 	return nil
 }
 
@@ -384,9 +389,10 @@ func (p *Pipeline) releaseBytes(pe *pending) {
 	p.mu.Lock()
 	p.held -= pe.weight
 	p.mu.Unlock()
+	p.inBytes.Sub(float64(pe.weight))
+	p.s.o.Metrics.ProcessBytes.Sub(float64(pe.weight))
 	p.s.bytes.Release(pe.weight)
 	p.bytes.Release(pe.weight)
-	p.inBytes.Sub(float64(pe.weight))
 }
 
 // messageSize is what a message costs while in flight: its payload, subject,
@@ -680,7 +686,8 @@ func (p *Pipeline) Close() {
 	// Abandoned entries give their bytes back to the process's budget (the
 	// pipeline's own dies with it).
 	if held > 0 {
-		p.s.bytes.Release(held)
 		p.inBytes.Sub(float64(held))
+		p.s.o.Metrics.ProcessBytes.Sub(float64(held))
+		p.s.bytes.Release(held)
 	}
 }
