@@ -11,7 +11,8 @@ import (
 // Finding is one violation found by Check.
 type Finding struct {
 	// Check names the property: lost, gap-state, gap-delete, order,
-	// phantom, final, checkpoint-ahead, reference, duplicate, relist, exit.
+	// phantom, final, checkpoint-ahead, reference, duplicate, relist, exit,
+	// shaping.
 	Check  string `json:"check"`
 	Source string `json:"source"`
 	UID    string `json:"uid,omitempty"`
@@ -49,8 +50,10 @@ type Report struct {
 	Exits            int `json:"exits"`
 	UnexplainedExits int `json:"unexplainedExits"`
 	// Samples counts checkpoint samples checked.
-	Samples  int       `json:"samples"`
-	Failures []Finding `json:"failures,omitempty"`
+	Samples int `json:"samples"`
+	// Shaping counts what the shaping checks saw (shaping.go).
+	Shaping  ShapingReport `json:"shaping"`
+	Failures []Finding     `json:"failures,omitempty"`
 }
 
 // OK reports whether no property was violated.
@@ -75,6 +78,7 @@ func (r Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, relists %v, %d exits (%d unexplained), %d checkpoint samples",
 		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Relists, r.Exits, r.UnexplainedExits, r.Samples)
+	b.WriteString(r.Shaping.summary())
 	if r.OK() {
 		b.WriteString(": OK")
 		return b.String()
@@ -120,6 +124,8 @@ type checker struct {
 	gaps    map[string][]gap       // per source
 	refKeys map[key]Change
 	starts  []Event // first occurrences of sync.started, in stream order
+
+	indexLost map[[2]string]bool // objects whose delete an index-lost relist may not report (shaping.go)
 }
 
 // Check checks h; see the package documentation for the properties.
@@ -143,7 +149,8 @@ func Check(h *History) Report {
 	c.checkSamples()
 	c.checkRelists()
 	c.checkExits()
-	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "gap-delete": 3, "gap-state": 4, "phantom": 5, "order": 6, "final": 7, "checkpoint-ahead": 8, "relist": 9, "duplicate": 10}
+	c.checkShaping()
+	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "gap-delete": 3, "gap-state": 4, "phantom": 5, "order": 6, "final": 7, "checkpoint-ahead": 8, "relist": 9, "duplicate": 10, "shaping": 11}
 	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return rank[c.rep.Failures[i].Check] < rank[c.rep.Failures[j].Check] })
 	return c.rep
 }
@@ -279,7 +286,7 @@ func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 		return fmt.Sprintf("no reference state at the resync's toResourceVersion %d", g.to), false
 	}
 	if state.Type != Deleted {
-		if !c.onStream(*state, limit) {
+		if !c.stateOnStream(*state, limit) {
 			return fmt.Sprintf("resync (%s, epoch %d, %d..%d) covers it but the object's state at %d (rv %d) is not on the stream", g.reason, g.epoch, g.from, g.to, g.to, state.RV), false
 		}
 		return "", false
@@ -297,12 +304,19 @@ func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 	if s, ok := c.unknown[k]; ok && s <= limit {
 		return "", true
 	}
+	if c.indexLostDelete(*state, g) {
+		return "", false
+	}
 	return fmt.Sprintf("deleted inside the resync (%s, epoch %d, %d..%d) but no delete on the stream", g.reason, g.epoch, g.from, g.to), false
 }
 
 func (c *checker) checkLost() {
 	gapDeletes := map[[2]string]bool{}
 	for _, ch := range c.h.Reference {
+		if !c.required(ch) {
+			c.confined(ch)
+			continue
+		}
 		if c.onStream(ch, math.MaxUint64) {
 			continue
 		}
@@ -392,10 +406,10 @@ func (c *checker) checkFinal() {
 		case last.Type == Deleted && exists:
 			f.Detail = fmt.Sprintf("last event is a delete (seq %d) but the final LIST has it at %d", last.Seq, o.RV)
 			c.fail(f)
-		case last.Type != Deleted && !exists:
+		case last.Type != Deleted && !exists && !c.indexLost[k]:
 			f.Detail = fmt.Sprintf("last event is %s (seq %d) but the object is not in the final LIST", last.Type, last.Seq)
 			c.fail(f)
-		case last.Type != Deleted && o.RV != last.RV:
+		case last.Type != Deleted && exists && !c.sameState(k, last.RV, o.RV):
 			f.Detail = fmt.Sprintf("last event (seq %d) has resourceVersion %d, the final LIST %d", last.Seq, last.RV, o.RV)
 			c.fail(f)
 		}
@@ -418,7 +432,7 @@ func (c *checker) checkSamples() {
 	for _, s := range c.h.Samples {
 		c.rep.Samples++
 		for _, ch := range bySource[s.Source] {
-			if ch.RV > s.CheckpointRV || c.onStream(ch, s.StreamLastSeq) {
+			if ch.RV > s.CheckpointRV || c.onStream(ch, s.StreamLastSeq) || !c.required(ch) {
 				continue
 			}
 			detail := ""

@@ -54,6 +54,9 @@ type Change struct {
 	Name      string `json:"name"`
 	RV        int64  `json:"rv"`
 	Type      string `json:"type"` // added, modified, deleted
+	// Digest identifies the version without its source's ignoreChanges
+	// paths (set for such sources only; see Shaping).
+	Digest string `json:"digest,omitempty"`
 }
 
 // Write is one write the writer attempted.
@@ -95,6 +98,8 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	From   int64  `json:"from,omitempty"` // 0: no position (initial, no-checkpoint)
 	To     int64  `json:"to,omitempty"`
+	// Content is what the reader found in the data (shaped sources only).
+	Content *Content `json:"content,omitempty"`
 }
 
 // Object is one object of the final consistent LIST.
@@ -184,6 +189,10 @@ type History struct {
 	Samples []Sample  `json:"samples,omitempty"`
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended"`
+
+	// Shaping is the payload, drop and ignoreChanges config of the sources
+	// that have any (see shaping.go).
+	Shaping map[string]Shaping `json:"shaping,omitempty"`
 }
 
 // Save writes h as indented JSON.
