@@ -71,16 +71,27 @@ func (r *Run) DeleteCheckpointKeys(ctx context.Context) {
 	}
 }
 
-// DeleteBucket deletes the index bucket. The fault (bucket-deleted) is
+// DeleteBucket deletes the index bucket, if it exists (relayd killed
+// right after a restart may not have created it again yet: then nothing
+// is injected, and it reports false). The fault (bucket-deleted) is
 // recorded before the delete. relayd creates the bucket again when it
 // (re)starts and relists every source (index-lost).
-func (r *Run) DeleteBucket(ctx context.Context, detail string) {
-	r.Fault(history.FaultBucketDeleted, detail)
+func (r *Run) DeleteBucket(ctx context.Context, detail string) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	ok, err := r.BucketExists(ctx)
+	if err != nil || !ok {
+		if r.Env.Logf != nil {
+			r.Env.Logf("index bucket %s not deleted (%s): exists %v (%v)", r.rec.bucket, detail, ok, err)
+		}
+		return false
+	}
+	r.Fault(history.FaultBucketDeleted, detail)
 	if err := r.js.DeleteKeyValue(ctx, r.rec.bucket); err != nil {
 		r.Fault("error", fmt.Sprintf("%s %s: %v", history.FaultBucketDeleted, r.rec.bucket, err))
+		return false
 	}
+	return true
 }
 
 // BucketExists reports whether the index bucket exists.
@@ -134,7 +145,9 @@ var recoveryScenarios = []Scenario{
 				}
 				off := logSize(r.proc.log)
 				n0, _, _ := r.StreamMsgs(ctx)
-				r.DeleteBucket(ctx, "relayd running")
+				if !r.DeleteBucket(ctx, "relayd running") {
+					continue
+				}
 				Sleep(ctx, r.Between(time.Second, 2*time.Second))
 				ok, err := r.BucketExists(ctx)
 				n1, _, _ := r.StreamMsgs(ctx)
