@@ -12,7 +12,8 @@ import (
 type Finding struct {
 	// Check names the property: lost, gap-state, gap-delete, bracket,
 	// order, phantom, final, checkpoint-ahead, samples, reference,
-	// duplicate, relist, exit, untraced, unflagged (trace.go).
+	// duplicate, relist, exit, untraced, unflagged (trace.go), shaping
+	// (shaping.go).
 	Check  string `json:"check"`
 	Source string `json:"source"`
 	UID    string `json:"uid,omitempty"`
@@ -58,8 +59,10 @@ type Report struct {
 	SampleUnavailable int `json:"sampleUnavailable"`
 	// RedoneLists counts lists that redid an aborted list of their source
 	// (same position and reason): the same relist, not another one.
-	RedoneLists int       `json:"redoneLists,omitempty"`
-	Failures    []Finding `json:"failures,omitempty"`
+	RedoneLists int `json:"redoneLists,omitempty"`
+	// Shaping counts what the shaping checks saw (shaping.go).
+	Shaping  ShapingReport `json:"shaping"`
+	Failures []Finding     `json:"failures,omitempty"`
 
 	// Unencodable counts object events flagged relaydunencodable (first
 	// occurrences) of the objects History.Unencodable names;
@@ -94,6 +97,7 @@ func (r Report) Summary() string {
 	if r.Unencodable > 0 || r.UnencodableTraced > 0 {
 		fmt.Fprintf(&b, ", %d unencodable changes traced by %d flagged events", r.UnencodableTraced, r.Unencodable)
 	}
+	b.WriteString(r.Shaping.summary())
 	if r.OK() {
 		b.WriteString(": OK")
 		return b.String()
@@ -144,6 +148,8 @@ type checker struct {
 	refKeys   map[key]Change
 	starts    []Event // first occurrences of sync.started, in stream order
 	completes []Event // first occurrences of sync.completed, in stream order
+
+	indexLost map[[2]string]bool // objects whose delete an index-lost relist may not report (shaping.go)
 }
 
 // Check checks h; see the package documentation for the properties.
@@ -170,7 +176,8 @@ func Check(h *History) Report {
 	c.checkRelists()
 	c.checkExits()
 	c.checkTraces()
-	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "bracket": 5, "phantom": 6, "order": 7, "final": 8, "checkpoint-ahead": 9, "samples": 10, "relist": 11, "duplicate": 12, "unflagged": 13}
+	c.checkShaping()
+	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "bracket": 5, "phantom": 6, "order": 7, "final": 8, "checkpoint-ahead": 9, "samples": 10, "relist": 11, "duplicate": 12, "unflagged": 13, "shaping": 14}
 	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return rank[c.rep.Failures[i].Check] < rank[c.rep.Failures[j].Check] })
 	return c.rep
 }
@@ -331,7 +338,7 @@ func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 		return fmt.Sprintf("no reference state at the resync's toResourceVersion %d", g.to), false
 	}
 	if state.Type != Deleted {
-		if !c.inList(*state, g, limit) {
+		if !c.stateInList(*state, g, limit) {
 			return fmt.Sprintf("resync (%s, epoch %d, %d..%d, seq %d..%d) covers it but the object's state at %d (rv %d) is not on the stream between its markers", g.reason, g.epoch, g.from, g.to, g.firstSeq, g.doneSeq, g.to, state.RV), false
 		}
 		return "", false
@@ -349,12 +356,19 @@ func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 	if s, ok := c.unknown[k]; ok && g.firstSeq < s && s <= limit {
 		return "", true
 	}
+	if c.indexLostDelete(*state, g) {
+		return "", false
+	}
 	return fmt.Sprintf("deleted inside the resync (%s, epoch %d, %d..%d) but no delete on the stream", g.reason, g.epoch, g.from, g.to), false
 }
 
 func (c *checker) checkLost() {
 	gapDeletes := map[[2]string]bool{}
 	for _, ch := range c.h.Reference {
+		if !c.required(ch) {
+			c.confined(ch)
+			continue
+		}
 		if c.onStream(ch, math.MaxUint64) {
 			continue
 		}
@@ -443,10 +457,10 @@ func (c *checker) checkFinal() {
 		case last.Type == Deleted && exists:
 			f.Detail = fmt.Sprintf("last event is a delete (seq %d) but the final LIST has it at %d", last.Seq, o.RV)
 			c.fail(f)
-		case last.Type != Deleted && !exists:
+		case last.Type != Deleted && !exists && !c.indexLost[k]:
 			f.Detail = fmt.Sprintf("last event is %s (seq %d) but the object is not in the final LIST", last.Type, last.Seq)
 			c.fail(f)
-		case last.Type != Deleted && o.RV != last.RV:
+		case last.Type != Deleted && exists && !c.sameState(k, last.RV, o.RV):
 			f.Detail = fmt.Sprintf("last event (seq %d) has resourceVersion %d, the final LIST %d", last.Seq, last.RV, o.RV)
 			c.fail(f)
 		}
@@ -469,7 +483,7 @@ func (c *checker) checkSamples() {
 	for _, s := range c.h.Samples {
 		c.rep.Samples++
 		for _, ch := range bySource[s.Source] {
-			if ch.RV > s.CheckpointRV || c.onStream(ch, s.StreamLastSeq) {
+			if ch.RV > s.CheckpointRV || c.onStream(ch, s.StreamLastSeq) || !c.required(ch) {
 				continue
 			}
 			ok, detail, _ := c.covering(ch, s.StreamLastSeq)

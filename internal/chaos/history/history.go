@@ -76,6 +76,9 @@ type Change struct {
 	Name      string `json:"name"`
 	RV        int64  `json:"rv"`
 	Type      string `json:"type"` // added, modified, deleted
+	// Digest identifies the version without its source's ignoreChanges
+	// paths (set for such sources only; see Shaping).
+	Digest string `json:"digest,omitempty"`
 }
 
 // Write is one write the writer attempted.
@@ -120,6 +123,8 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	From   int64  `json:"from,omitempty"` // 0: no position (initial, no-checkpoint)
 	To     int64  `json:"to,omitempty"`
+	// Content is what the reader found in the data (shaped sources only).
+	Content *Content `json:"content,omitempty"`
 }
 
 // Object is one object of the final consistent LIST.
@@ -226,6 +231,10 @@ type History struct {
 	// run's NATS max payload fits only without data: every change of
 	// them must be on the stream flagged relaydunencodable (trace.go).
 	Unencodable []string `json:"unencodable,omitempty"`
+
+	// Shaping is the payload, drop and ignoreChanges config of the sources
+	// that have any (see shaping.go).
+	Shaping map[string]Shaping `json:"shaping,omitempty"`
 }
 
 // Save writes h as indented JSON.

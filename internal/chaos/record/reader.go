@@ -27,6 +27,12 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string) ([]h
 // window. Every event carries the Nats-Msg-Id it was stored with and the
 // time JetStream stored it.
 func ReadStreamWindow(ctx context.Context, js jetstream.JetStream, stream string) ([]history.Event, time.Duration, error) {
+	return ReadStreamShaped(ctx, js, stream, nil)
+}
+
+// ReadStreamShaped is ReadStreamWindow, and also probes the object
+// messages of the sources in shaping (Probe).
+func ReadStreamShaped(ctx context.Context, js jetstream.JetStream, stream string, shaping map[string]history.Shaping) ([]history.Event, time.Duration, error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reader: stream %s: %w", stream, err)
@@ -47,6 +53,11 @@ func ReadStreamWindow(ctx context.Context, js jetstream.JetStream, stream string
 		e, err := Decode(seq, rm.Header, rm.Data)
 		if err != nil {
 			return nil, 0, fmt.Errorf("reader: message %d on %s: %w", seq, rm.Subject, err)
+		}
+		if sh, ok := shaping[e.Source]; ok && sh.Probed() && e.Kind == "object" {
+			if e.Content, err = Probe(sh, rm.Header, rm.Data); err != nil {
+				return nil, 0, fmt.Errorf("reader: message %d on %s: %w", seq, rm.Subject, err)
+			}
 		}
 		e.MsgID = rm.Header.Get(event.HeaderMsgID)
 		e.Stored = rm.Time
@@ -100,7 +111,7 @@ func FinalList(ctx context.Context, dyn dynamic.Interface, namespace string, kin
 	var out []history.Object
 	var rv int64
 	for _, k := range kinds {
-		l, err := dyn.Resource(k.GVR).Namespace(namespace).List(ctx, metav1.ListOptions{})
+		l, err := dyn.Resource(k.GVR).Namespace(k.ns(namespace)).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, 0, fmt.Errorf("final list of %s: %w", k.GVR.Resource, err)
 		}

@@ -27,6 +27,9 @@ import (
 type Prefix struct {
 	Key    string
 	Source string
+	// Ignore, if set, are the source's ignoreChanges paths: each version
+	// (JSON-stored kinds only) then gets a Digest without them.
+	Ignore []string
 }
 
 // Reference is the reference history: a watch of etcd itself (through its
@@ -260,6 +263,11 @@ func (r *Reference) line(b []byte, first bool) error {
 			return fmt.Errorf("reference: %s at %d: %w", key, rv, err)
 		}
 		ch.UID = uid
+		if p.Ignore != nil && ch.Type != history.Deleted {
+			if ch.Digest, err = Digest(value, p.Ignore); err != nil {
+				return fmt.Errorf("reference: %s at %d: %w", key, rv, err)
+			}
+		}
 		r.mu.Lock()
 		r.changes = append(r.changes, ch)
 		r.mu.Unlock()

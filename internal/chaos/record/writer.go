@@ -32,6 +32,13 @@ type Kind struct {
 	Body func(obj *unstructured.Unstructured, i int)
 	// Name, if set, names the kind's object n (default "<source>-<n>").
 	Name func(n int) string
+	// Namespace, if set, is where the objects of this kind are written
+	// (else WriterOptions.Namespace).
+	Namespace string
+	// Status, if set, fills the object's status for write number i: the
+	// kind has a status subresource, and half of the writer's updates are
+	// status-only updates through it (op "status").
+	Status func(obj *unstructured.Unstructured, i int)
 }
 
 // name is the name of the kind's object n.
@@ -40,6 +47,14 @@ func (k Kind) name(n int) string {
 		return k.Name(n)
 	}
 	return fmt.Sprintf("%s-%d", k.Source, n)
+}
+
+// ns is where the writer writes k's objects.
+func (k Kind) ns(def string) string {
+	if k.Namespace != "" {
+		return k.Namespace
+	}
+	return def
 }
 
 // ConfigMaps is the ConfigMap kind (data.i changes on every update).
@@ -117,8 +132,9 @@ func (w *Writer) Run(ctx context.Context) {
 			state[k.Source+"/"+name] = st
 		}
 		deleteRoll := rng.IntN(5) == 0
+		statusRoll := k.Status != nil && rng.IntN(2) == 0
 		pause := w.o.Pace
-		if w.one(ctx, k, name, st, i, deleteRoll) {
+		if w.one(ctx, k, name, st, i, deleteRoll, statusRoll) {
 			acked++
 		} else {
 			pause += 100 * time.Millisecond
@@ -134,10 +150,10 @@ func (w *Writer) Run(ctx context.Context) {
 }
 
 // one makes one write and reports whether it was acknowledged.
-func (w *Writer) one(ctx context.Context, k Kind, name string, st *objState, i int, deleteRoll bool) bool {
+func (w *Writer) one(ctx context.Context, k Kind, name string, st *objState, i int, deleteRoll, statusRoll bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, w.o.Timeout)
 	defer cancel()
-	rc := w.dyn.Resource(k.GVR).Namespace(w.o.Namespace)
+	rc := w.dyn.Resource(k.GVR).Namespace(k.ns(w.o.Namespace))
 	if st.unknown {
 		obj, err := rc.Get(ctx, name, metav1.GetOptions{})
 		switch {
@@ -149,7 +165,7 @@ func (w *Writer) one(ctx context.Context, k Kind, name string, st *objState, i i
 			st.obj, st.unknown = obj, false
 		}
 	}
-	rec := history.Write{Source: k.Source, Namespace: w.o.Namespace, Name: name, At: time.Now()}
+	rec := history.Write{Source: k.Source, Namespace: k.ns(w.o.Namespace), Name: name, At: time.Now()}
 	var out *unstructured.Unstructured
 	var err error
 	switch {
@@ -159,13 +175,18 @@ func (w *Writer) one(ctx context.Context, k Kind, name string, st *objState, i i
 		obj.SetAPIVersion(k.APIVersion)
 		obj.SetKind(k.Kind)
 		obj.SetName(name)
-		obj.SetNamespace(w.o.Namespace)
+		obj.SetNamespace(k.ns(w.o.Namespace))
 		k.Body(obj, i)
 		out, err = rc.Create(ctx, obj, metav1.CreateOptions{})
 	case deleteRoll:
 		rec.Op, rec.UID = "delete", string(st.obj.GetUID())
 		uid := st.obj.GetUID()
 		err = rc.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	case statusRoll:
+		rec.Op, rec.UID = "status", string(st.obj.GetUID())
+		obj := st.obj.DeepCopy()
+		k.Status(obj, i)
+		out, err = rc.UpdateStatus(ctx, obj, metav1.UpdateOptions{})
 	default:
 		rec.Op, rec.UID = "update", string(st.obj.GetUID())
 		obj := st.obj.DeepCopy()

@@ -12,8 +12,9 @@ func quiet(ctx context.Context, r *Run) bool {
 }
 
 // Catalog is every scenario: the ones below, then the JetStream cluster
-// ones (cluster.go).
-var Catalog = append([]Scenario{
+// ones (cluster.go), then those deleting relayd's recovery state
+// (recovery.go).
+var Catalog = append(append([]Scenario{
 	{
 		Name: "kill9-random", MinFaults: 3,
 		Faults: func(ctx context.Context, r *Run) {
@@ -181,7 +182,7 @@ var Catalog = append([]Scenario{
 			}
 		},
 	},
-}, clusterScenarios...)
+}, clusterScenarios...), recoveryScenarios...)
 
 // proxyTarget is the part of faultproxy.Proxy the drivers use.
 type proxyTarget interface {

@@ -18,9 +18,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -140,6 +142,8 @@ type Run struct {
 	mu       sync.Mutex
 	faults   []history.Fault
 	natsDown bool
+
+	rec recoveryState // recovery.go
 }
 
 // Fault records an injected fault, now.
@@ -349,7 +353,7 @@ sources:
     apiVersion: example.com/v1
     kind: Widget
     namespaces: [{{.NS}}]
-`
+{{.Shaped}}`
 
 var runSeq atomic.Int64 // scenarios run concurrently (test/chaos lanes)
 
@@ -397,7 +401,12 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.Err = err
 		return res
 	}
-	for _, n := range []string{ns, cpNS} {
+	sh := shapedSources(ns)
+	if err := record.InstallGadgetCRD(ctx, rc); err != nil {
+		res.Err = err
+		return res
+	}
+	for _, n := range append([]string{ns, cpNS}, sh.namespaces...) {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
 			res.Err = err
 			return res
@@ -443,16 +452,16 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		}
 	}
 
-	kinds := writerKinds(s)
+	kinds := append(writerKinds(s), sh.kinds...)
 	rev, err := k8s.EtcdRevision(ctx)
 	if err != nil {
 		res.Err = err
 		return res
 	}
-	ref, err := record.StartReference(ctx, k8s.EtcdEndpoint(), rev, []record.Prefix{
+	ref, err := record.StartReference(ctx, k8s.EtcdEndpoint(), rev, append([]record.Prefix{
 		{Key: "/registry/configmaps/" + ns + "/", Source: "cms"},
 		{Key: "/registry/example.com/widgets/" + ns + "/", Source: "widgets"},
-	})
+	}, sh.prefixes...))
 	if err != nil {
 		res.Err = err
 		return res
@@ -460,6 +469,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	defer ref.Close()
 
 	r := &Run{Env: e, K8s: k8s, Rng: rand.New(rand.NewPCG(p.Seed, 7)), js: js, stream: stream, Cluster: jsc}
+	r.rec = newRecoveryState(cs, cpNS, sh.cpKeysWith(map[string]string{"cms." + ns: "cms", "widgets." + ns: "widgets"}), "relayd-index-"+cluster)
 	apiHost, natsURL := k8s.Host(), runNATSURL(e, jsc)
 	if s.ProxyAPI {
 		if r.APIProxy, err = faultproxy.New(strings.TrimPrefix(apiHost, "https://")); err != nil {
@@ -489,7 +499,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	var b bytes.Buffer
 	_ = template.Must(template.New("cfg").Parse(cfgTemplate)).Execute(&b, map[string]any{
 		"Cluster": cluster, "URL": natsURL, "Stream": stream, "Create": s.StreamMaxMsgs == 0, "CPNS": cpNS, "NS": ns,
-		"Replicas": s.NATSCluster,
+		"Replicas": s.NATSCluster, "Shaped": sh.yaml,
 	})
 	if err := os.WriteFile(conf, b.Bytes(), 0o600); err != nil {
 		res.Err = err
@@ -505,7 +515,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	// The guarantee covers changes after a checkpoint: writes start once
 	// relayd has written one for both watches (its initial snapshot is
 	// state, not history).
-	if err := waitCheckpoint(ctx, cs, cpNS, "cms."+ns, "widgets."+ns); err != nil {
+	if err := waitCheckpoint(ctx, cs, cpNS, slices.Collect(maps.Keys(sh.cpKeysWith(map[string]string{"cms." + ns: "", "widgets." + ns: ""})))...); err != nil {
 		res.Err = err
 		return res
 	}
@@ -516,7 +526,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		r.proc.signal(sigKill)
 	}
 
-	sampler := record.NewSampler(cs, js, stream, cpNS, "cp", map[string]string{"cms." + ns: "cms", "widgets." + ns: "widgets"})
+	sampler := record.NewSampler(cs, js, stream, cpNS, "cp", sh.cpKeysWith(map[string]string{"cms." + ns: "cms", "widgets." + ns: "widgets"}))
 	sctx, scancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -590,7 +600,8 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		r.proc.signal(sigKill) // restart without failpoints (not counted as a fault)
 	}
 
-	h := &history.History{Scenario: s.Name, Seed: p.Seed, Sources: []string{"cms", "widgets"}, Started: t0, Unencodable: unencodableNames(s, kinds, p.Objects)}
+	h := &history.History{Scenario: s.Name, Seed: p.Seed, Sources: append([]string{"cms", "widgets"}, sh.sources()...), Started: t0,
+		Unencodable: unencodableNames(s, kinds, p.Objects), Shaping: sh.shaping}
 	collect := func() error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -600,7 +611,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		}
 		h.Reference = changes
 		h.Writes = writer.Writes()
-		if h.Stream, h.DuplicateWindow, err = record.ReadStreamWindow(cctx, js, stream); err != nil {
+		if h.Stream, h.DuplicateWindow, err = record.ReadStreamShaped(cctx, js, stream, sh.shaping); err != nil {
 			return err
 		}
 		h.Exits = r.proc.exitLog()
