@@ -94,9 +94,21 @@ func (c *NATSCluster) streamInfo(i int, stream string) *server.ClusterInfo {
 // StreamLeader is the index of the server leading stream (a KV bucket B is
 // stream KV_B), -1 if no running server says it does.
 func (c *NATSCluster) StreamLeader(stream string) int {
-	for _, i := range c.Running() {
-		if ci := c.streamInfo(i, stream); ci != nil && ci.Leader == c.nodes[i].name {
-			return i
+	// A server just restarted can report itself as the leader from its
+	// stored state until it hears from the others: the leader is the one
+	// a majority of the running servers name, and it must be running.
+	running := c.Running()
+	votes := map[string]int{}
+	for _, i := range running {
+		if ci := c.streamInfo(i, stream); ci != nil && ci.Leader != "" {
+			votes[ci.Leader]++
+		}
+	}
+	for _, i := range running {
+		if n := votes[c.nodes[i].name]; 2*n > len(running) {
+			if ci := c.streamInfo(i, stream); ci != nil && ci.Leader == c.nodes[i].name {
+				return i
+			}
 		}
 	}
 	return -1

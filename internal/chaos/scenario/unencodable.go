@@ -48,6 +48,9 @@ func writerKinds(s Scenario) []record.Kind {
 func unencodableNames(s Scenario, kinds []record.Kind, objects int) []string {
 	var out []string
 	for _, k := range kinds {
+		if k.Name == nil {
+			continue // named "<source>-<n>": never long
+		}
 		for n := 0; s.UnencodableEvery > 0 && n < objects; n++ {
 			if name := k.Name(n); len(name) == longNameLen {
 				out = append(out, k.Source+"/"+name)
