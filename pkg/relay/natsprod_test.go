@@ -281,11 +281,26 @@ func TestTokenRotation(t *testing.T) {
 	f.waitIndexed(before)
 	writeFile(t, tok, "new-token\n")
 	reconnects := f.nc.Stats().Reconnects
+	// Every connection (relayd's, the test's) is closed before the reload,
+	// so that the reload finds none to disconnect itself: nats-server
+	// v2.15.2 races when it does while the client's read loop runs (its
+	// auth-error event reads the client's counters unlocked), and the race
+	// detector fails the test. They reconnect with the new token, are
+	// refused until the reload, then accepted.
+	cz, err := n.Server().Connz(&server.ConnzOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ci := range cz.Conns {
+		if err := n.Server().DisconnectClientByID(ci.Cid); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := n.Reload(func(o *server.Options) { o.Authorization = "new-token" }); err != nil {
 		t.Fatal(err)
 	}
-	// The server closes the test's connection too; a request sent on it
-	// just before would be lost, so wait for the reconnect.
+	// A request sent on the test's connection before it reconnected would
+	// be lost, so wait for the reconnect.
 	f.eventually(30*time.Second, "the test's connection reconnects with the new token", func() error {
 		if st := f.nc.Stats(); st.Reconnects == reconnects || !f.nc.IsConnected() {
 			return fmt.Errorf("reconnects %d, status %v", st.Reconnects, f.nc.Status())
