@@ -215,6 +215,19 @@ func (r *recorder) intervals(source string) []interval {
 	return out
 }
 
+// running counts the executions not cancelled yet.
+func (r *recorder) running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, iv := range r.ivs {
+		if iv.cancelled.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *recorder) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

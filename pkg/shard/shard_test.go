@@ -21,7 +21,11 @@ func TestFairShareAndExclusivity(t *testing.T) {
 	for _, id := range []string{"replica-a", "replica-b", "replica-c"} {
 		reps = append(reps, startReplica(t, ns, id, sources, fast, rec))
 	}
-	took := waitFor(t, 20*time.Second, "2/2/2", func() bool { return shares(reps, sources, 2, 2, 2) })
+	// A Lease is held a moment before its source's Run starts: balanced
+	// means every source held and running.
+	took := waitFor(t, 20*time.Second, "2/2/2, every source running", func() bool {
+		return shares(reps, sources, 2, 2, 2) && rec.running() == len(sources)
+	})
 	t.Logf("balanced 2/2/2 after %v (%d Run starts): %s", took.Round(time.Millisecond), rec.count(), describe(reps))
 
 	// Balanced is stable: no replica fights for more.
