@@ -144,11 +144,12 @@ func (n *NATS) options() (*server.Options, error) {
 	opts.JetStream = true
 	opts.StoreDir = n.storeDir
 	opts.NoLog, opts.NoSigs = true, true
-	// No system account (an operator brings its own, below): nats-server
-	// v2.15.2 races when a Reload disconnects a client whose read loop is
-	// busy — the auth-error event it sends to the system account reads the
-	// client's counters unlocked — and the race detector fails the test.
-	// No test reads server events.
+	// No configured system account (an operator brings its own, below).
+	// This does not avoid nats-server v2.15.2's race when a Reload
+	// disconnects a client whose read loop is busy (the auth-error event
+	// reads the client's counters unlocked): JetStream creates a system
+	// account anyway. Tests that reload credentials close the affected
+	// connections first (pkg/relay TestTokenRotation).
 	opts.NoSystemAccount = o.Operator == nil && opts.SystemAccount == ""
 	if o.MaxPayload != 0 {
 		opts.MaxPayload = o.MaxPayload

@@ -61,11 +61,7 @@ func TestUnencodableChangeIsPublishedWithoutData(t *testing.T) {
 		t.Fatalf("no max payload between %d (largest bare event) and %d (smallest reference event)", bareMax, refMin)
 	}
 	n := testenv.NATST(t, testenv.NATSOptions{MaxPayload: int32(bareMax)})
-	f := newFixture(t, env, n, `
-  - name: cms
-    apiVersion: v1
-    kind: ConfigMap
-    namespaces: [$NS]`)
+	f := newFixture(t, env, n, cmSource)
 	r := f.start(nil, true)
 	long := f.createCM(longName, map[string]string{"l": "1"}, map[string]string{"k": "v"})
 	long2 := f.updateCM(long, "k", "w")
@@ -107,11 +103,7 @@ func TestUnpublishableChangeStallsTheSource(t *testing.T) {
 	// Under the smallest event without data of longName, over the sync
 	// markers and index entries (under 700 bytes).
 	n := testenv.NATST(t, testenv.NATSOptions{MaxPayload: int32(bareMin - 1)})
-	f := newFixture(t, env, n, `
-  - name: cms
-    apiVersion: v1
-    kind: ConfigMap
-    namespaces: [$NS]`)
+	f := newFixture(t, env, n, cmSource)
 	r := f.start(nil, true)
 	before := f.createCM("before", nil, nil)
 	f.waitStored(30*time.Second, isEvent("added", "before", before.ResourceVersion))
