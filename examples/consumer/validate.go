@@ -37,7 +37,8 @@ func unusable(format string, args ...any) error {
 // name (or its hash token) and change type, or for a sync marker is that
 // source's control subject; an object event carries a uid and a
 // resourceVersion, and its id is <uid>/<resourceVersion>[/deleted]; a
-// Nats-Msg-Id header, when present, is <relaydsource>/<id>. Anything else
+// Nats-Msg-Id header, when present, is <prefix>.<cluster>/<relaydsource>/<id>
+// (or the older <relaydsource>/<id>). Anything else
 // would put an object under the wrong key or source in the view.
 func Check(prefix, cluster, subject, msgID string, env *event.Envelope) (kind, error) {
 	if env.K8sCluster != cluster {
