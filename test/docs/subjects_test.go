@@ -197,3 +197,37 @@ func TestSubjectMatches(t *testing.T) {
 		}
 	}
 }
+
+// templateRE matches a subject template of the docs, e.g.
+// <prefix>.<cluster>.<group|core>.….<added|modified|deleted>.
+var templateRE = regexp.MustCompile("<prefix>\\.<cluster>\\.[^\\s`;,)]+")
+
+// TestSubjectTemplates: every subject template in README.md or docs/*.md
+// (a filter ending in ".>" aside) has as many tokens after <prefix> as the
+// example subjects of its kind in docs/CONSUMING.md: marker templates are
+// those with _relayd.
+func TestSubjectTemplates(t *testing.T) {
+	f := readMarkdown(t, consuming)
+	want := map[bool]int{}
+	for _, x := range append(objectExamples(t, f), markerExamples(t, f)...) {
+		want[x.marker] = x.tokensAfterPrefix()
+	}
+	seen := map[bool]int{}
+	for _, md := range markdownFiles(t) {
+		for _, loc := range templateRE.FindAllStringIndex(md.text, -1) {
+			tpl := md.text[loc[0]:loc[1]]
+			if strings.HasSuffix(tpl, ".>") {
+				continue
+			}
+			marker := strings.Contains(tpl, "."+event.ControlToken+".")
+			seen[marker]++
+			if got := len(strings.Split(strings.TrimPrefix(tpl, "<prefix>."), ".")); got != want[marker] {
+				t.Errorf("%s:%d: the template %s has %d tokens after <prefix>; relayd's subjects of that kind (the examples of %s) have %d",
+					md.rel, lineOf(md.text, loc[0]), tpl, got, consuming, want[marker])
+			}
+		}
+	}
+	if seen[false] == 0 || seen[true] == 0 {
+		t.Fatalf("found %d object and %d marker subject templates in the docs: the scan is broken", seen[false], seen[true])
+	}
+}
