@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -68,6 +69,10 @@ type Metrics struct {
 	Epoch            *prometheus.GaugeVec // source
 	SourcePanics     *prometheus.CounterVec
 	ForeignMessages  *prometheus.CounterVec // source
+	// Ready is relayd_ready, computed at each scrape by the function given
+	// to SetReadiness (0 until then); the reason stays on /readyz.
+	Ready    prometheus.GaugeFunc
+	notReady atomic.Pointer[func() string]
 }
 
 // New creates the metrics and registers them, with the Go and process
@@ -82,7 +87,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		m.Events, m.EventsFiltered, m.EventsSuppressed, m.WatchRestarts, m.Relists, m.ResyncMarkers, m.Bookmarks,
 		m.LastEvent, m.LastBookmark, m.Lag, m.InFlight, m.InFlightBytes, m.ProcessBytes, m.PublishErrors, m.Duplicates, m.Oversize, m.Unencodable,
 		m.CheckpointWrites, m.CheckpointErrors, m.CheckpointAge, m.NATSConnected, m.StreamUsable, m.SourceUp,
-		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, m.ForeignMessages, newBuildInfo(),
+		m.SourceLeader, m.TrackedObjects, m.Epoch, m.SourcePanics, m.ForeignMessages, m.Ready, newBuildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
@@ -202,7 +207,19 @@ func (m *Metrics) initState() {
 	m.SourcePanics = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "relayd_source_panics_total", Help: "Panics recovered in a source goroutine (the source is restarted).",
 	}, src)
+	m.Ready = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relayd_ready", Help: "1 when /readyz answers 200 (computed at each scrape); /readyz says why not.",
+	}, func() float64 {
+		if f := m.notReady.Load(); f != nil && (*f)() == "" {
+			return 1
+		}
+		return 0
+	})
 }
+
+// SetReadiness sets what relayd_ready reports: 1 when notReady returns ""
+// (the function /readyz asks), else 0.
+func (m *Metrics) SetReadiness(notReady func() string) { m.notReady.Store(&notReady) }
 
 // newBuildInfo creates relayd_build_info, set to 1 with the labels of this
 // build.

@@ -242,6 +242,10 @@ func forbiddenSourceIsReported(t *testing.T, e *testenv.Env) {
 	if err := r.readyErr(); err == nil || !strings.Contains(err.Error(), "secrets") {
 		t.Errorf("readyz = %v, want not ready naming the secrets source", err)
 	}
+	// RelaydNotReady and RelaydSourceDown (docs/OPERATIONS.md, "Alert runbooks") see it.
+	if v := metricValue(t, r.reg, "relayd_ready", nil); v != 0 {
+		t.Errorf("relayd_ready = %v while /readyz is 503, want 0", v)
+	}
 }
 
 func TestPaginatedListFallbackWhenStreamingListIsRefused(t *testing.T) {
@@ -304,10 +308,18 @@ func TestNATSDownAtStartConnectsInTheBackground(t *testing.T) {
 	if err := r.healthErr(); err != nil {
 		t.Errorf("healthz without NATS: %v, want 200", err)
 	}
+	for _, name := range []string{"relayd_ready", "relayd_nats_connected"} {
+		if v := metricValue(t, r.reg, name, nil); v != 0 {
+			t.Errorf("%s = %v without NATS, want 0", name, v)
+		}
+	}
 	if err := n.Start(); err != nil {
 		t.Fatal(err)
 	}
 	f.eventually(30*time.Second, "ready once NATS is up", r.readyErr)
+	if v := metricValue(t, r.reg, "relayd_ready", nil); v != 1 {
+		t.Errorf("relayd_ready = %v once /readyz is 200, want 1", v)
+	}
 	live := f.createCM("after-nats", nil, nil)
 	f.waitStored(30*time.Second, isEvent("added", "before-nats", pre.ResourceVersion), isEvent("added", "after-nats", live.ResourceVersion))
 }

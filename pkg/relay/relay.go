@@ -187,6 +187,7 @@ func newRelay(o Options) (*relay, error) {
 	for i := range r.cfg.Sources {
 		r.m.InitSource(r.cfg.Sources[i].Name)
 	}
+	r.m.SetReadiness(r.notReadyReason)
 	r.natsc, err = natsconn.New(natsconn.Options{
 		Config: &r.cfg.NATS, Logger: r.log,
 		OnReason: func(why string) {
@@ -469,7 +470,8 @@ func (r *relay) readCheckpoints(ctx context.Context, msg string, fields ...zap.F
 // stream is usable, no publish is refused by another stream or unanswered,
 // sharding has started, the index bucket is open (each
 // component sets its condition as its state changes) and every watch was
-// established at least once. /readyz asks it on every request.
+// established at least once. /readyz asks it on every request, relayd_ready
+// (metrics.SetReadiness) on every scrape.
 func (r *relay) notReadyReason() string {
 	if why := r.ready.Reason(); why != "" {
 		return why

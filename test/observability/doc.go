@@ -12,5 +12,7 @@
 // comparison against a number literal removed (`up{...} == 0` becomes
 // `up{...}`, `x > 600 and on (...) y == 1` becomes `x and on (...) y`) must
 // return at least one series: so every metric name, label and matcher an alert
-// relies on exists in what relayd really exposes.
+// relies on exists in what relayd really exposes. TestRunbooks: every alert
+// links its runbook, a section of docs/OPERATIONS.md's "Alert runbooks"
+// (by GitHub's heading anchors), and every runbook is an alert's.
 package observability

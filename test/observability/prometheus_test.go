@@ -374,6 +374,8 @@ func TestQueriesAgainstRealPrometheus(t *testing.T) {
 	atLeast(t, base, `sum(relayd_events_total{job="relayd", origin="initial"})`, 1)
 	atLeast(t, base, `sum(relayd_publish_lag_seconds_count{job="relayd"})`, 25)
 	atLeast(t, base, `sum(relayd_checkpoint_writes_total{job="relayd"})`, 1)
+	// relayd_ready follows /readyz (startRelay waited for its 200).
+	atLeast(t, base, `relayd_ready{job="relayd"}`, 1)
 	// Rates over 1m need a few scrapes in the window after the changes.
 	atLeast(t, base, `count_over_time(up{job="relayd"}[1m])`, 5)
 	time.Sleep(3 * time.Second)
