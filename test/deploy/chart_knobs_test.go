@@ -241,3 +241,51 @@ func TestHelmChartKnobsOff(t *testing.T) {
 		}
 	}
 }
+
+// TestHelmChartValuesDocumented: every value of values.yaml (its top-level
+// keys and the keys of its maps, down to serviceAccount.name and
+// monitoring.serviceMonitor.interval, but not inside config or rbac.resources)
+// has a row in the chart README's values table, and docs/DEPLOY.md names
+// every top-level one.
+func TestHelmChartValuesDocumented(t *testing.T) {
+	readme := repoFile(t, chartDir+"/README.md")
+	var rows []string
+	for _, l := range strings.Split(readme, "\n") {
+		if strings.HasPrefix(l, "| `") {
+			rows = append(rows, strings.SplitN(l, " | ", 2)[0])
+		}
+	}
+	deploy := repoFile(t, "docs/DEPLOY.md")
+	documented := func(key string) bool {
+		parent, leaf := "", key
+		if i := strings.LastIndex(key, "."); i >= 0 {
+			parent, leaf = key[:i], key[i+1:]
+		}
+		for _, r := range rows {
+			// "| `a.b` / `.c` / `.d`" names a.b, a.c and a.d; "`a.*`" all of a.
+			if strings.Contains(r, "`"+key+"`") || strings.Contains(r, "`"+key+".*`") || strings.Contains(r, "`"+parent+".*`") ||
+				(parent != "" && strings.Contains(r, "`"+parent+".") && strings.Contains(r, "`."+leaf+"`")) {
+				return true
+			}
+		}
+		return false
+	}
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			key := prefix + k
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && key != "config" && key != "resources" && key != "rbac.resources" &&
+				!strings.HasPrefix(key, "networkPolicy") && !strings.HasSuffix(key, "SecurityContext") && key != "securityContext" {
+				walk(key+".", sub)
+				continue
+			}
+			if !documented(key) {
+				t.Errorf("values.yaml's %s has no row in %s/README.md's values table", key, chartDir)
+			}
+			if prefix == "" && !strings.Contains(deploy, "`"+key) {
+				t.Errorf("docs/DEPLOY.md does not name values.yaml's %s", key)
+			}
+		}
+	}
+	walk("", yamlMap(t, repoFile(t, chartDir+"/values.yaml")))
+}
