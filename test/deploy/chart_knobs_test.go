@@ -3,6 +3,8 @@ package deploy
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -288,4 +290,32 @@ func TestHelmChartValuesDocumented(t *testing.T) {
 		}
 	}
 	walk("", yamlMap(t, repoFile(t, chartDir+"/values.yaml")))
+}
+
+// TestHelmChartLogFormatsAreRelayds: each logFormat the values schema
+// admits is one the real relayd's --log-format accepts (relayd then goes
+// on to read its config), and relayd refuses one the schema refuses.
+func TestHelmChartLogFormatsAreRelayds(t *testing.T) {
+	var schema struct {
+		Properties struct {
+			LogFormat struct {
+				Enum []string `json:"enum"`
+			} `json:"logFormat"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal([]byte(repoFile(t, chartDir+"/values.schema.json")), &schema); err != nil {
+		t.Fatal(err)
+	}
+	formats := schema.Properties.LogFormat.Enum
+	if !slices.Contains(formats, "json") {
+		t.Fatalf("the schema's logFormat %v lacks json, the default", formats)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	for _, f := range append(formats, "text") {
+		out, _ := exec.Command(relaydBin(t), "run", "--log-format="+f, "-c", missing).CombinedOutput()
+		refused := strings.Contains(string(out), "--log-format")
+		if accepted := slices.Contains(formats, f); refused == accepted || !refused && !strings.Contains(string(out), "missing.yaml") {
+			t.Errorf("relayd run --log-format=%s (the schema admits it: %v): %s", f, accepted, out)
+		}
+	}
 }
