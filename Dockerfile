@@ -1,10 +1,11 @@
 # syntax=docker/dockerfile:1
 # relayd container image: a static binary on distroless, non-root.
 #
-#   docker build -t ghcr.io/relayd/relayd:$(git describe --tags --always) \
-#     --build-arg VERSION=$(git describe --tags --always --dirty) \
-#     --build-arg COMMIT=$(git rev-parse --short HEAD) \
-#     --build-arg BUILDDATE=$(date -u +%Y-%m-%dT%H:%M:%SZ) .
+#   make image                                   # ghcr.io/relayd/relayd:<VERSION file>
+#   make image IMAGE=registry.example.com/relayd # your registry's name
+#
+# which runs docker build -t $(IMAGE):$(VERSION) with the build args
+# VERSION (the VERSION file), COMMIT and BUILDDATE.
 #
 # The go build flags are the Makefile's (`make build`), so the binary the
 # tests run is the one shipped; test/deploy checks that they stay equal.

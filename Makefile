@@ -5,7 +5,10 @@ SHELL := /usr/bin/env bash
 
 GO        ?= go
 BIN       := bin
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release version: the VERSION file, the one source that Chart.yaml's
+# appVersion and the kustomize base's image tag follow (test/deploy checks
+# that they agree). `relayd version` prints it with the commit.
+VERSION   ?= $(shell cat $(CURDIR)/VERSION)
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 BUILDDATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 VPKG      := github.com/relayd/relayd/internal/version
@@ -34,6 +37,15 @@ help: ## Show this help.
 .PHONY: build
 build: ## Build bin/relayd (static, trimmed, version-stamped).
 	$(GOBUILD) -o $(BIN)/relayd ./cmd/relayd
+
+# `make image` builds the container image as <IMAGE>:<VERSION>, the tag the
+# chart and the kustomize base pull by default (docs/DEPLOY.md, "The image").
+IMAGE     ?= ghcr.io/relayd/relayd
+DOCKER    ?= docker
+
+.PHONY: image
+image: ## Build the container image $(IMAGE):$(VERSION) with docker (IMAGE=registry.example.com/relayd to push to your registry).
+	$(DOCKER) build -t $(IMAGE):$(VERSION) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILDDATE=$(BUILDDATE) .
 
 .PHONY: kustomize-bin
 kustomize-bin: ## Build kustomize (pinned in tools/kustomize/go.mod) into .cache/kustomize/ for test/deploy (cold: ~1 min; then cached).

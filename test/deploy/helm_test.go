@@ -278,7 +278,8 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 }
 
 // TestHelmChartConfigIsTheValuesConfig: the config ConfigMap holds exactly
-// the values' `config` (no chart-only key leaks into relayd's strict
+// the values' `config`, with checkpoint.name (and with sharding
+// sharding.leasePrefix) named after the release where unset (no chart-only key leaks into relayd's strict
 // decoder, numbers stay as written; the all-options file sets every key of
 // the default config, so the merge adds nothing), the real `relayd
 // check-config` accepts it, and a change of it, and only of it, changes
@@ -292,7 +293,20 @@ func TestHelmChartConfigIsTheValuesConfig(t *testing.T) {
 			}
 			b := loadBundle(t, name)
 			doc := b.configMap.Data[b.configKey]
-			if got, want := yamlMap(t, doc), yamlMap(t, values)["config"]; !reflect.DeepEqual(got, want) {
+			// The chart names the checkpoint ConfigMap (and with sharding
+			// the Leases) after the release where the values do not.
+			want := yamlMap(t, values)["config"].(map[string]any)
+			if cp, _ := want["checkpoint"].(map[string]any); cp["name"] == nil {
+				if cp == nil {
+					cp = map[string]any{}
+				}
+				cp["name"] = "relayd-checkpoint"
+				want["checkpoint"] = cp
+			}
+			if sh, _ := want["sharding"].(map[string]any); sh["enabled"] == true && sh["leasePrefix"] == nil {
+				sh["leasePrefix"] = "relayd"
+			}
+			if got := yamlMap(t, doc); !reflect.DeepEqual(got, want) {
 				t.Errorf("the rendered config is not the values' config:\nrendered %v\nvalues   %v", got, want)
 			}
 			checkConfig(t, doc)
@@ -366,7 +380,7 @@ func TestHelmChartRBACIsEnoughAndEveryPermissionIsNeeded(t *testing.T) {
 	checkAppliedRules(t, in.c, objs, []string{
 		rule("ClusterRole /relayd-helm", []string{"apps"}, []string{"deployments"}, nil, list),
 		rule("Role "+watched+"/relayd-helm-watch", core, []string{"configmaps"}, nil, list),
-		rule("Role relayd-helm/relayd-helm-checkpoint", core, []string{"configmaps"}, []string{"relayd-checkpoint"}, rw),
+		rule("Role relayd-helm/relayd-helm-checkpoint", core, []string{"configmaps"}, []string{"relayd-helm-checkpoint"}, rw),
 	})
 	checkRBACIsEnoughAndMinimal(t, in)
 }

@@ -19,8 +19,41 @@ app.kubernetes.io/component: relay
 {{- define "relayd.checkpointNamespace" -}}
 {{ (.Values.config.checkpoint | default dict).namespace | default .Release.Namespace }}
 {{- end -}}
+{{- /*
+Named after the release, so that two releases in one namespace keep apart:
+the checkpoint ConfigMap <release>-checkpoint, the Leases
+<release>-<source>. relayd.config writes both into relayd's config.
+*/}}
 {{- define "relayd.checkpointName" -}}
-{{ (.Values.config.checkpoint | default dict).name | default "relayd-checkpoint" }}
+{{ (.Values.config.checkpoint | default dict).name | default (printf "%s-checkpoint" (include "relayd.name" .)) }}
+{{- end -}}
+{{- define "relayd.leasePrefix" -}}
+{{ (.Values.config.sharding | default dict).leasePrefix | default (include "relayd.name" .) }}
+{{- end -}}
+
+{{/*
+relayd.config: relayd's config file, the values' `config` with what the
+chart names after the release filled in where it is not set:
+checkpoint.name, and with sharding sharding.leasePrefix.
+*/}}
+{{- define "relayd.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- $cp := $cfg.checkpoint | default dict -}}
+{{- if not $cp.name }}{{ $_ := set $cp "name" (include "relayd.checkpointName" .) }}{{ end -}}
+{{- $_ := set $cfg "checkpoint" $cp -}}
+{{- if include "relayd.sharding" . -}}
+{{- if not $cfg.sharding.leasePrefix }}{{ $_ := set $cfg.sharding "leasePrefix" (include "relayd.leasePrefix" .) }}{{ end -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The ServiceAccount relayd runs as: serviceAccount.name, default the release's name. */}}
+{{- define "relayd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ .Values.serviceAccount.name | default (include "relayd.name" .) }}
+{{- else -}}
+{{ required "serviceAccount.create is false: give serviceAccount.name, an existing ServiceAccount in the release's namespace (the RBAC the chart renders binds it)" .Values.serviceAccount.name }}
+{{- end -}}
 {{- end -}}
 
 {{- define "relayd.sharding" -}}
@@ -62,7 +95,7 @@ checkpoint ConfigMap's name and namespace, with sharding each Lease's name.
 {{- include "relayd.mustMatch" (list "config.checkpoint.namespace" (include "relayd.checkpointNamespace" .) $label "a namespace (a DNS label)") -}}
 {{- include "relayd.mustMatch" (list "config.checkpoint.name" (include "relayd.checkpointName" .) $subdomain "a ConfigMap name (a DNS subdomain)") -}}
 {{- if include "relayd.sharding" . -}}
-{{- include "relayd.mustMatch" (list "config.sharding.leasePrefix" (.Values.config.sharding.leasePrefix | default "relayd") $label "a Lease name prefix (a DNS label)") -}}
+{{- include "relayd.mustMatch" (list "config.sharding.leasePrefix" (include "relayd.leasePrefix" .) $label "a Lease name prefix (a DNS label)") -}}
 {{- end -}}
 {{- range $i, $src := .Values.config.sources -}}
 {{- include "relayd.mustMatch" (list (printf "config.sources[%d].name" $i) $src.name $label "a source name (a DNS label)") -}}
@@ -173,6 +206,25 @@ Deployment template.
 {{- $drain := include "relayd.seconds" ((.Values.config.shutdown | default dict).drainTimeout | default "20s") -}}
 {{- if and $drain (lt (float64 .Values.terminationGracePeriodSeconds) (addf (float64 $drain) 10)) -}}
 {{- fail (printf "terminationGracePeriodSeconds %v is below config.shutdown.drainTimeout (%ss) + 10s: after draining relayd writes its final checkpoint and stops its HTTP servers; raise terminationGracePeriodSeconds" .Values.terminationGracePeriodSeconds $drain) -}}
+{{- end -}}
+{{- $podLabels := include "relayd.selector" . | fromYaml -}}
+{{- range $k, $_ := .Values.podLabels -}}
+{{- if hasKey $podLabels $k -}}
+{{- fail (printf "podLabels.%s: the chart sets this label (the Deployment's selector); choose another key" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- if hasKey (.Values.podAnnotations | default dict) "checksum/config" -}}
+{{- fail "podAnnotations.checksum/config: the chart sets this annotation (a config change rolls the pods)" -}}
+{{- end -}}
+{{- range $i, $e := .Values.extraEnv -}}
+{{- if has $e.name (list "POD_NAMESPACE" "POD_NAME" "GOMEMLIMIT") -}}
+{{- fail (printf "extraEnv[%d].name %s: the chart sets this variable (docs/DEPLOY.md, \"What the base sets\")" $i $e.name) -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $v := .Values.extraVolumes -}}
+{{- if has $v.name (list "config" "nats") -}}
+{{- fail (printf "extraVolumes[%d].name %s: the chart's own volume has this name; choose another" $i $v.name) -}}
+{{- end -}}
 {{- end -}}
 {{- $nats := .Values.config.nats | default dict -}}
 {{- $tls := $nats.tls | default dict -}}
