@@ -5,44 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/relayd/relayd/internal/testutil"
 )
-
-// docSamples returns the fenced blocks of a Markdown document that follow a
-// line "<!-- <tag>: <name> -->", by name: the text between the fence lines,
-// each line with its newline.
-func docSamples(t *testing.T, doc, tag string) map[string]string {
-	t.Helper()
-	lines := strings.SplitAfter(doc, "\n")
-	out := map[string]string{}
-	for i := 0; i < len(lines); i++ {
-		name, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), "<!-- "+tag+": ")
-		if !ok {
-			continue
-		}
-		name = strings.TrimSpace(strings.TrimSuffix(name, "-->"))
-		if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "```") {
-			t.Fatalf("line %d: <!-- %s: %s --> is not followed by a fenced block", i+1, tag, name)
-		}
-		var b strings.Builder
-		j := i + 2
-		for ; j < len(lines) && strings.TrimRight(lines[j], "\n") != "```"; j++ {
-			b.WriteString(lines[j])
-		}
-		if j == len(lines) {
-			t.Fatalf("line %d: the sample %s has no closing fence", i+2, name)
-		}
-		if _, dup := out[name]; dup {
-			t.Errorf("line %d: a second sample of %s", i+1, name)
-		}
-		out[name] = b.String()
-		i = j
-	}
-	return out
-}
 
 // docs/CONSUMING.md, "Sample messages", shows every golden message of
 // testdata/golden byte for byte (a fenced block after
@@ -56,7 +22,7 @@ func TestConsumingDocSamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples := docSamples(t, string(doc), "golden")
+	samples := testutil.DocSamples(t, string(doc), "golden")
 	files, err := filepath.Glob(filepath.Join("testdata", "golden", "*.msg"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no testdata/golden/*.msg (%v)", err)
