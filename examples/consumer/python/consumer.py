@@ -3,9 +3,10 @@
 It reads the durable consumer of examples/consumer/nats/consumer.json
 (Deployments of cluster "prod" and the markers of source "deploys"; create
 it first: nats consumer add K8S --config consumer.json) into a view keyed
-by (relaydsource, k8suid). The view is a dict here: keep yours in a store,
-and ack a message only after the store has its effect. LISTs go through
-kubectl (kubectl get --raw). Requires nats-py 2.x and Python 3.9 or later.
+by (relaydsource, k8suid). The view and the last acknowledged stream
+sequence are saved to a JSON file before each ack (rule 6; use a real store
+for anything large). LISTs go through kubectl (kubectl get --raw).
+Requires nats-py 2.x and Python 3.
 """
 import asyncio
 import json
@@ -18,6 +19,7 @@ from nats.errors import TimeoutError as FetchTimeout
 from nats.js.errors import NotFoundError
 
 STREAM, DURABLE, PREFIX, CLUSTER = "K8S", "my-app", "k8s", "prod"
+STATE = "my-app-view.json"
 # What this consumer follows: LISTed when the stream lost messages it did not read.
 FOLLOWS = [{"source": "deploys", "group": "apps", "version": "v1", "resource": "deployments", "namespace": ""}]
 BACKOFF, MAX_DELIVER = [30, 60, 120, 300, 600], 20  # seconds; as in consumer.json
@@ -25,6 +27,22 @@ TYPES = {PREFIX + ".object." + t for t in ("added", "modified", "deleted")}
 MARKERS = {PREFIX + ".source.sync." + p for p in ("started", "completed")}
 
 view = {}  # (source, uid) -> {"rv": int, "deleted": bool, "namespace": str, "object": dict}
+position = {"stream_seq": 0}  # the last stream sequence acknowledged
+
+
+def load():
+    if os.path.exists(STATE):
+        with open(STATE) as f:
+            state = json.load(f)
+        view.update({tuple(k.split("/", 1)): e for k, e in state["view"].items()})
+        position["stream_seq"] = state["stream_seq"]
+
+
+def save(seq):
+    position["stream_seq"] = max(position["stream_seq"], seq)
+    with open(STATE + ".tmp", "w") as f:
+        json.dump({"view": {"/".join(k): e for k, e in view.items()}, "stream_seq": position["stream_seq"]}, f)
+    os.replace(STATE + ".tmp", STATE)
 
 
 class Unusable(Exception):
@@ -116,16 +134,21 @@ def on_marker(ev):
 
 
 async def check_retention(js):
-    """Bootstrapping: messages this consumer never read aged out of the stream: LIST."""
+    """Bootstrapping: messages this consumer never read left the stream: LIST.
+
+    The last sequence acknowledged is the one saved with the view: the
+    server's ack floor may move past messages that left the stream."""
     first = (await js.stream_info(STREAM)).state.first_seq
     try:
-        consumed = (await js.consumer_info(STREAM, DURABLE)).ack_floor.stream_seq
+        await js.consumer_info(STREAM, DURABLE)
     except NotFoundError:
         raise SystemExit("create the consumer first: nats consumer add %s --config consumer.json" % STREAM)
+    consumed = position["stream_seq"]
     if first > consumed + 1:
         print("stream starts at %d, this consumer is at %d: reconciling by LIST" % (first, consumed))
         for f in FOLLOWS:
             reconcile(f["source"], dict(f))
+        save(consumed)
 
 
 async def handle(msg):
@@ -141,6 +164,7 @@ async def handle(msg):
             on_marker(ev)
         else:
             print(apply(ev), repr(ev.get("k8snamespace", "")), repr(ev["k8sname"]), ev["k8sresourceversion"])
+        save(msg.metadata.sequence.stream)
     except Exception as err:  # the store failed: give it back, spaced out, at most MAX_DELIVER times
         n = msg.metadata.num_delivered
         if n >= MAX_DELIVER:
@@ -155,6 +179,7 @@ async def handle(msg):
 async def main():
     nc = await nats.connect(os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
     js = nc.jetstream()
+    load()
     await check_retention(js)
     sub = await js.pull_subscribe_bind(DURABLE, STREAM)
     while True:
