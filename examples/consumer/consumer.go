@@ -194,8 +194,16 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("consumer %s on stream %s: %w", o.Durable, o.Stream, err)
 	}
-	if err := load(ctx, o, plan); err != nil {
+	pos := &position{o: o, seq: plan.pos}
+	floor, err := load(ctx, o, plan)
+	if err != nil {
 		return err
+	}
+	if floor > pos.seq {
+		// The view now holds what the stream no longer does: a later start
+		// must not list again for it.
+		pos.seq, pos.dirty = floor, true
+		pos.write(ctx)
 	}
 	it, err := cons.Messages()
 	if err != nil {
@@ -209,7 +217,6 @@ func Run(ctx context.Context, o Options) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); <-ctx.Done(); it.Stop() }()
 	go func() { defer wg.Done(); prune(ctx, o) }()
-	pos := &position{o: o, seq: plan.pos}
 	defer pos.flush()
 	for {
 		m, err := it.Next()
@@ -226,24 +233,28 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // load loads the view by a LIST when planStart says the stream does not
-// hold every message this consumer has not read.
-func load(ctx context.Context, o Options, p startPlan) error {
+// hold every message this consumer has not read. It returns the stream
+// sequence the view is then up to date with (0 when it did not LIST).
+func load(ctx context.Context, o Options, p startPlan) (uint64, error) {
 	if p.relist == "" {
-		return nil
+		return 0, nil
 	}
 	if o.Lister == nil {
 		o.Log.Error("the stream no longer holds messages this consumer has not read, and there is no kubeconfig to LIST the cluster: the view misses their changes until a reconcile",
 			"reason", p.relist, "streamFirstSeq", p.first, "lastAcked", p.pos)
-		return nil
+		return 0, nil
 	}
 	o.Log.Warn("the stream no longer holds messages this consumer has not read: loading the view by a LIST",
 		"reason", p.relist, "streamFirstSeq", p.first, "lastAcked", p.pos)
 	n, err := relistAll(ctx, o, p.relist)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	o.Log.Info("view loaded by a LIST", "reason", p.relist, "changed", n)
-	return nil
+	if p.relist == "bootstrap" && p.startSeq > 0 {
+		return p.startSeq - 1, nil // a new consumer, starting after the stream's end
+	}
+	return p.first - 1, nil
 }
 
 // position records the last acknowledged stream sequence in the view, at

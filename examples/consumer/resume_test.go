@@ -146,6 +146,13 @@ func TestStreamLostMessagesTheConsumerDidNotRead(t *testing.T) {
 	if n := fresh.seen(func(a Applied) bool { return a.Seq != 0 && a.Seq <= info.State.LastSeq }); n != 0 {
 		t.Errorf("the new consumer applied %d messages stored before it started: it should start after the stream's last", n)
 	}
+	// The LISTs are recorded as positions: a later start lists no more.
+	if p, _, err := fresh.view.Position(ctx, "example-new"); err != nil || p < info.State.LastSeq {
+		t.Errorf("the new consumer's position is %d (%v), want at least the stream's last sequence when it started, %d", p, err, info.State.LastSeq)
+	}
+	if p, _, err := l.view.Position(ctx, "example"); err != nil || p < info.State.FirstSeq-1 {
+		t.Errorf("the restarted consumer's position is %d (%v), want at least %d (before the stream's first sequence)", p, err, info.State.FirstSeq-1)
+	}
 }
 
 // scopeLister is a Lister that records the scopes asked for and lists
