@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,12 +15,15 @@ import (
 	"github.com/relayd/relayd/pkg/event"
 )
 
-// Lister lists the uids of the objects of one resource in a namespace ("" for
-// all namespaces or a cluster-scoped resource), at a resourceVersion at or
-// after minRV: what the view is reconciled against after relayd lost its
-// object index (docs/CONSUMING.md, "Keeping a view of the cluster", rule 5).
+// Lister lists the objects of a scope (a resource in a namespace, "" for all
+// namespaces or a cluster-scoped resource, with the source's selectors), at
+// a resourceVersion at or after minRV ("": the current one): what the view
+// is reconciled against after relayd lost its object index
+// (docs/CONSUMING.md, "Keeping a view of the cluster", rule 5), and loaded
+// from when the stream lost messages this consumer did not read
+// ("Bootstrapping a new consumer").
 type Lister interface {
-	ListUIDs(ctx context.Context, apiVersion, resource, namespace, minRV string) (map[string]bool, error)
+	List(ctx context.Context, s Scope, minRV string) ([]Listed, error)
 }
 
 // Options configures Run.
@@ -44,9 +48,14 @@ type Options struct {
 	// View is where the objects are kept.
 	View *View
 	// Lister reconciles the view after a sync.completed of reason
-	// index-lost (or initial, over objects the view already holds); nil
-	// logs that a reconcile is needed instead.
+	// index-lost (or initial, over objects the view already holds), and
+	// loads it when the stream lost messages this consumer did not read
+	// (planStart); nil logs that a reconcile is needed instead.
 	Lister Lister
+	// Follow are scopes to LIST when the view must be loaded, besides the
+	// ones the sync markers named (recorded in the view): what a new
+	// consumer on a stream that lost its beginning needs.
+	Follow []Scope
 	Log    *slog.Logger
 	// BackOff is the redelivery schedule of a message that was not
 	// applied: the n-th redelivery waits BackOff[n-1] (the last one
@@ -67,8 +76,11 @@ type Options struct {
 	// is how often expired tombstones are removed.
 	TombstoneTTL, PruneEvery time.Duration
 	// Applied, when set, is called after each message was applied, before
-	// it is acknowledged.
+	// it is acknowledged, and after each scope a LIST loaded.
 	Applied func(Applied)
+	// PositionEvery is how often the last acknowledged stream sequence is
+	// recorded in the view (default 1s; see planStart).
+	PositionEvery time.Duration
 }
 
 // The defaults of Options.
@@ -109,6 +121,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.PruneEvery <= 0 {
 		o.PruneEvery = o.TombstoneTTL / 4
 	}
+	if o.PositionEvery <= 0 {
+		o.PositionEvery = time.Second
+	}
 	return o, nil
 }
 
@@ -121,15 +136,34 @@ type Applied struct {
 	// many entries a reconcile removed.
 	Gap        string
 	Reconciled int
+	// Relist is set when a LIST loaded the view at start (no message):
+	// why ("bootstrap", "lost-messages"), the Scope listed, and how many
+	// entries changed (Reconciled).
+	Relist string
+	Scope  Scope
 }
 
-// syncData is the data of a sync marker.
+// syncData is the data of a sync marker. The resource members are absent
+// from the markers of relayd versions before they were added.
 type syncData struct {
-	Namespace string `json:"namespace"`
-	Epoch     uint64 `json:"epoch"`
-	Reason    string `json:"reason"`
-	From      string `json:"fromResourceVersion"`
-	To        string `json:"toResourceVersion"`
+	Namespace     string `json:"namespace"`
+	Epoch         uint64 `json:"epoch"`
+	Reason        string `json:"reason"`
+	From          string `json:"fromResourceVersion"`
+	To            string `json:"toResourceVersion"`
+	Group         string `json:"group"`
+	Version       string `json:"version"`
+	Resource      string `json:"resource"`
+	Kind          string `json:"kind"`
+	LabelSelector string `json:"labelSelector"`
+	FieldSelector string `json:"fieldSelector"`
+}
+
+// scope is what the marker's watch covers; false for a marker that does
+// not name its resource.
+func (d syncData) scope(source string) (Scope, bool) {
+	return Scope{Source: source, Group: d.Group, Version: d.Version, Resource: d.Resource, Kind: d.Kind, Namespace: d.Namespace,
+		LabelSelector: d.LabelSelector, FieldSelector: d.FieldSelector}, d.Resource != "" && d.Version != ""
 }
 
 // Run consumes relayd's stream into the view until ctx ends: each message
@@ -144,16 +178,32 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", o.Durable, err)
 	}
+	plan, err := planStart(ctx, o)
+	if err != nil {
+		return err
+	}
 	cons, err := o.JS.CreateOrUpdateConsumer(ctx, o.Stream, jetstream.ConsumerConfig{
 		Durable:        o.Durable,
 		FilterSubjects: o.Subjects,
 		AckPolicy:      jetstream.AckExplicitPolicy,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		DeliverPolicy:  plan.deliver,
+		OptStartSeq:    plan.startSeq,
 		MaxDeliver:     o.MaxDeliver,
 		BackOff:        o.BackOff,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer %s on stream %s: %w", o.Durable, o.Stream, err)
+	}
+	pos := &position{o: o, seq: plan.pos}
+	floor, err := load(ctx, o, plan)
+	if err != nil {
+		return err
+	}
+	if floor > pos.seq {
+		// The view now holds what the stream no longer does: a later start
+		// must not list again for it.
+		pos.seq, pos.dirty = floor, true
+		pos.write(ctx)
 	}
 	it, err := cons.Messages()
 	if err != nil {
@@ -167,6 +217,7 @@ func Run(ctx context.Context, o Options) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); <-ctx.Done(); it.Stop() }()
 	go func() { defer wg.Done(); prune(ctx, o) }()
+	defer pos.flush()
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -175,17 +226,83 @@ func Run(ctx context.Context, o Options) error {
 			}
 			return err
 		}
-		settle(ctx, o, m, handle(ctx, o, m))
+		if settle(ctx, o, m, handle(ctx, o, m)) {
+			pos.acked(ctx, m)
+		}
 	}
 }
 
-// settle acknowledges, gives back or terminates a message after handle.
-func settle(ctx context.Context, o Options, m jetstream.Msg, err error) {
+// load loads the view by a LIST when planStart says the stream does not
+// hold every message this consumer has not read. It returns the stream
+// sequence the view is then up to date with (0 when it did not LIST).
+func load(ctx context.Context, o Options, p startPlan) (uint64, error) {
+	if p.relist == "" {
+		return 0, nil
+	}
+	if o.Lister == nil {
+		o.Log.Error("the stream no longer holds messages this consumer has not read, and there is no kubeconfig to LIST the cluster: the view misses their changes until a reconcile",
+			"reason", p.relist, "streamFirstSeq", p.first, "lastAcked", p.pos)
+		return 0, nil
+	}
+	o.Log.Warn("the stream no longer holds messages this consumer has not read: loading the view by a LIST",
+		"reason", p.relist, "streamFirstSeq", p.first, "lastAcked", p.pos)
+	n, err := relistAll(ctx, o, p.relist)
+	if err != nil {
+		return 0, err
+	}
+	o.Log.Info("view loaded by a LIST", "reason", p.relist, "changed", n)
+	if p.relist == "bootstrap" && p.startSeq > 0 {
+		return p.startSeq - 1, nil // a new consumer, starting after the stream's end
+	}
+	return p.first - 1, nil
+}
+
+// position records the last acknowledged stream sequence in the view, at
+// most every PositionEvery and when Run returns.
+type position struct {
+	o       Options
+	seq     uint64
+	written time.Time
+	dirty   bool
+}
+
+func (p *position) acked(ctx context.Context, m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil || md.Sequence.Stream <= p.seq {
+		return
+	}
+	p.seq, p.dirty = md.Sequence.Stream, true
+	if time.Since(p.written) >= p.o.PositionEvery {
+		p.write(ctx)
+	}
+}
+
+func (p *position) flush() {
+	if p.dirty {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		p.write(ctx)
+	}
+}
+
+func (p *position) write(ctx context.Context) {
+	if err := p.o.View.SetPosition(ctx, p.o.Durable, p.seq); err != nil {
+		p.o.Log.Warn("recording the stream position failed; tried again later", "error", err)
+		return
+	}
+	p.written, p.dirty = time.Now(), false
+}
+
+// settle acknowledges, gives back or terminates a message after handle;
+// true when it acknowledged it.
+func settle(ctx context.Context, o Options, m jetstream.Msg, err error) bool {
 	switch {
 	case err == nil:
 		if err := m.Ack(); err != nil {
 			o.Log.Warn("ack failed; the message comes back and is skipped then", "subject", m.Subject(), "error", err)
+			return false
 		}
+		return true
 	case errors.Is(err, errTerminated):
 	case ctx.Err() != nil:
 		// Stopping: the message comes back after the ack wait.
@@ -193,19 +310,20 @@ func settle(ctx context.Context, o Options, m jetstream.Msg, err error) {
 		md, mdErr := m.Metadata()
 		if mdErr != nil {
 			o.Log.Warn("not applied; redelivered after the ack wait", "subject", m.Subject(), "error", err)
-			return
+			return false
 		}
 		n := int(md.NumDelivered)
 		if n >= o.MaxDeliver {
 			o.Log.Error("not applied after the last delivery: terminated; the view misses this change until a reconcile",
 				"subject", m.Subject(), "seq", md.Sequence.Stream, "deliveries", n, "error", err)
 			_ = m.TermWithReason("not applied after MaxDeliver deliveries")
-			return
+			return false
 		}
 		delay := o.BackOff[min(n, len(o.BackOff))-1]
 		o.Log.Warn("not applied; redelivered later", "subject", m.Subject(), "seq", md.Sequence.Stream, "deliveries", n, "retryIn", delay, "error", err)
 		_ = m.NakWithDelay(delay)
 	}
+	return false
 }
 
 // prune removes expired tombstones every PruneEvery until ctx ends.
@@ -270,6 +388,13 @@ func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 			return terminate(m, err)
 		}
 		a.Gap = d.Reason
+		if s, ok := d.scope(env.RelaydSource); ok {
+			// What a LIST of the source asks for, should the stream lose
+			// messages this consumer has not read (planStart).
+			if err := o.View.PutScope(ctx, s); err != nil {
+				return err
+			}
+		}
 		if a.Reconciled, err = reconcile(ctx, o, m, env.RelaydSource, d); err != nil {
 			return err
 		}
@@ -295,7 +420,9 @@ func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 // no-checkpoint the events between the markers brought the view up to date;
 // after index-lost (or an initial snapshot over objects the view holds)
 // relayd may not know objects the view holds, so their deletes cannot come:
-// they are found by listing the cluster.
+// they are found by listing the cluster, with the resource and selectors
+// the marker names (or, from a relayd whose markers do not name them, the
+// resources of the entries held).
 func reconcile(ctx context.Context, o Options, m jetstream.Msg, source string, d syncData) (int, error) {
 	if d.Reason != "index-lost" && d.Reason != "initial" {
 		return 0, nil
@@ -304,12 +431,26 @@ func reconcile(ctx context.Context, o Options, m jetstream.Msg, source string, d
 	if err != nil {
 		return 0, err
 	}
-	type res struct{ apiVersion, resource string }
-	held := map[res][]*Entry{}
+	var scopes []Scope
+	if s, ok := d.scope(source); ok {
+		scopes = append(scopes, s)
+	}
+	held := map[Scope][]*Entry{}
 	for _, e := range entries {
-		if !e.Deleted && (d.Namespace == "" || e.Namespace == d.Namespace) {
-			r := res{e.APIVersion, e.Resource}
-			held[r] = append(held[r], e)
+		if e.Deleted || (d.Namespace != "" && e.Namespace != d.Namespace) {
+			continue
+		}
+		if len(scopes) == 0 {
+			group, version, ok := strings.Cut(e.APIVersion, "/")
+			if !ok {
+				group, version = "", e.APIVersion
+			}
+			scopes = append(scopes, Scope{Source: source, Group: group, Version: version, Resource: e.Resource, Namespace: d.Namespace})
+		}
+		for _, s := range scopes {
+			if s.covers(e) {
+				held[s] = append(held[s], e)
+			}
 		}
 	}
 	if len(held) == 0 {
@@ -321,11 +462,15 @@ func reconcile(ctx context.Context, o Options, m jetstream.Msg, source string, d
 		return 0, nil
 	}
 	n := 0
-	for r, es := range held {
+	for s, es := range held {
 		_ = m.InProgress() // a LIST may take a while: not redelivered meanwhile
-		live, err := o.Lister.ListUIDs(ctx, r.apiVersion, r.resource, d.Namespace, d.To)
+		listed, err := o.Lister.List(ctx, s, d.To)
 		if err != nil {
-			return n, fmt.Errorf("reconcile %s %s: %w", source, r.resource, err)
+			return n, fmt.Errorf("reconcile %s %s: %w", source, s.Resource, err)
+		}
+		live := map[string]bool{}
+		for _, l := range listed {
+			live[l.UID] = true
 		}
 		for _, e := range es {
 			if live[e.UID] {

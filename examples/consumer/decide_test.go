@@ -47,3 +47,21 @@ func TestDecide(t *testing.T) {
 		t.Errorf("a resourceVersion that is not an integer: %v, want ErrIncomparable", err)
 	}
 }
+
+// The --follow flag's form.
+func TestParseScope(t *testing.T) {
+	for in, want := range map[string]Scope{
+		"cms=v1/configmaps@shop":        {Source: "cms", Version: "v1", Resource: "configmaps", Namespace: "shop"},
+		"deploys=apps/v1/deployments":   {Source: "deploys", Group: "apps", Version: "v1", Resource: "deployments"},
+		"w=example.com/v1/widgets@demo": {Source: "w", Group: "example.com", Version: "v1", Resource: "widgets", Namespace: "demo"},
+	} {
+		if got, err := ParseScope(in); err != nil || got != want {
+			t.Errorf("ParseScope(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "cms", "cms=configmaps", "=v1/configmaps", "cms=a/b/c/d", "c.ms=v1/configmaps"} {
+		if s, err := ParseScope(in); err == nil {
+			t.Errorf("ParseScope(%q) = %+v, want an error", in, s)
+		}
+	}
+}

@@ -11,6 +11,11 @@
 //   - A sync.completed of reason index-lost (or initial, over objects the
 //     view holds) is reconciled against a LIST of the cluster, when a
 //     kubeconfig is given.
+//   - At start, a stream that no longer holds messages this consumer has
+//     not read (they left by the stream's limits while it was down, or a
+//     new consumer on a stream that lost its beginning) makes it load the
+//     view by a LIST of every source it knows (from the sync markers, or
+//     --follow), when a kubeconfig is given.
 //   - A message is acknowledged only after the view stored its effect; one
 //     that could not be stored comes back with a back-off, at most
 //     --max-deliver times.
@@ -21,12 +26,12 @@
 //
 // Usage:
 //
-//	consumer --server nats://127.0.0.1:4222 --stream K8S --cluster demo [--subject 'k8s.demo.>'] [--kubeconfig FILE]
+//	consumer --server nats://127.0.0.1:4222 --stream K8S --cluster demo [--subject 'k8s.demo.>'] [--kubeconfig FILE] [--follow cms=v1/configmaps@shop]
 //
 // It prints one line per applied message, names and values from the
 // message escaped (quoted with Go escapes when they hold anything but
-// printable characters). `make sandbox` starts servers and relayd to try it
-// against.
+// printable characters). README.md says how to run it against `make
+// sandbox`.
 package main
 
 import (
@@ -59,6 +64,15 @@ type subjects []string
 func (s *subjects) String() string     { return strings.Join(*s, ",") }
 func (s *subjects) Set(v string) error { *s = append(*s, v); return nil }
 
+type scopes []Scope
+
+func (s *scopes) String() string { return fmt.Sprint(len(*s), " scopes") }
+func (s *scopes) Set(v string) error {
+	sc, err := ParseScope(v)
+	*s = append(*s, sc)
+	return err
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -74,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ttl := fs.Duration("tombstone-ttl", DefaultTombstoneTTL, "how long a deleted object's tombstone is kept")
 	var subs subjects
 	fs.Var(&subs, "subject", "filter subject, repeatable (default: <prefix>.<cluster>.>)")
+	var follow scopes
+	fs.Var(&follow, "follow", "SOURCE=[GROUP/]VERSION/RESOURCE[@NAMESPACE] to LIST when the stream lost messages this consumer did not read, repeatable (the sources whose sync markers it read are listed anyway)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -106,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	o := Options{JS: js, Stream: *stream, Durable: *durable, Cluster: *cluster, Prefix: *prefix, Subjects: subs, View: view, Log: log,
-		MaxDeliver: *maxDeliver, TombstoneTTL: *ttl, Applied: func(a Applied) { fmt.Fprintln(stdout, describe(a)) }}
+		MaxDeliver: *maxDeliver, TombstoneTTL: *ttl, Follow: follow, Applied: func(a Applied) { fmt.Fprintln(stdout, describe(a)) }}
 	if *kubeconfig != "" {
 		if o.Lister, err = NewLister(*kubeconfig); err != nil {
 			fmt.Fprintln(stderr, "consumer:", err)
@@ -125,6 +141,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // change colours or reorder the line.
 func describe(a Applied) string {
 	e := a.Event
+	if a.Relist != "" {
+		s := a.Scope
+		return fmt.Sprintf("list source=%s %s/%s namespace=%s reason=%s changed=%d", printable(s.Source), printable(s.APIVersion()),
+			printable(s.Resource), printable(s.Namespace), a.Relist, a.Reconciled)
+	}
 	if a.Gap != "" {
 		return fmt.Sprintf("%d sync.completed source=%s epoch=%d reason=%s reconciled=%d", a.Seq, printable(e.RelaydSource), e.RelaydEpoch, printable(a.Gap), a.Reconciled)
 	}
@@ -155,27 +176,25 @@ func NewLister(kubeconfig string) (Lister, error) {
 	return dynLister{dyn}, nil
 }
 
-func (l dynLister) ListUIDs(ctx context.Context, apiVersion, resource, namespace, minRV string) (map[string]bool, error) {
-	gv, err := schema.ParseGroupVersion(apiVersion)
-	if err != nil {
-		return nil, err
-	}
-	opts := metav1.ListOptions{Limit: 500}
+func (l dynLister) List(ctx context.Context, s Scope, minRV string) ([]Listed, error) {
+	gvr := schema.GroupVersionResource{Group: s.Group, Version: s.Version, Resource: s.Resource}
+	opts := metav1.ListOptions{Limit: 500, LabelSelector: s.LabelSelector, FieldSelector: s.FieldSelector}
 	if minRV != "" {
 		opts.ResourceVersion, opts.ResourceVersionMatch = minRV, metav1.ResourceVersionMatchNotOlderThan
 	}
-	uids := map[string]bool{}
+	var out []Listed
 	for {
-		list, err := l.dyn.Resource(gv.WithResource(resource)).Namespace(namespace).List(ctx, opts)
+		list, err := l.dyn.Resource(gvr).Namespace(s.Namespace).List(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
 		for _, it := range list.Items {
-			uids[string(it.GetUID())] = true
+			out = append(out, Listed{UID: string(it.GetUID()), Namespace: it.GetNamespace(), Name: it.GetName(), Kind: it.GetKind(),
+				ResourceVersion: it.GetResourceVersion()})
 		}
 		if list.GetContinue() == "" {
-			return uids, nil
+			return out, nil
 		}
-		opts = metav1.ListOptions{Limit: 500, Continue: list.GetContinue()}
+		opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = list.GetContinue(), "", ""
 	}
 }

@@ -140,6 +140,9 @@ func (v *View) Entries(ctx context.Context, source string) ([]*Entry, error) {
 	}
 	var out []*Entry
 	for k := range lister.Keys() {
+		if strings.HasPrefix(k, "_") {
+			continue // the view's own keys (resume.go)
+		}
 		src, uid, _ := strings.Cut(k, ".")
 		e, err := v.Get(ctx, src, uid)
 		if err != nil {
@@ -163,6 +166,9 @@ func (v *View) PruneTombstones(ctx context.Context, cutoff time.Time) (int, erro
 	}
 	n := 0
 	for k := range lister.Keys() {
+		if strings.HasPrefix(k, "_") {
+			continue // the view's own keys (resume.go)
+		}
 		kve, err := v.kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue

@@ -622,6 +622,15 @@ type SyncEvent struct {
 	ToResourceVersion   string
 	// Counts are sent only on sync.completed.
 	Counts SyncCounts
+	// Resource is the watched resource. Its group, version, resource,
+	// kind and scope go into the data ("group", "version", "resource",
+	// "kind", "namespaced"), with the selectors below: what a consumer's
+	// reconcile LIST needs (docs/CONSUMING.md, "The sync markers"). All
+	// of them are left out when Resource.Resource is empty.
+	Resource Resource
+	// LabelSelector and FieldSelector are the watch's selectors; each is
+	// left out of the data when empty.
+	LabelSelector, FieldSelector string
 	// Time of the event; time.Now() if zero.
 	Time time.Time
 }
@@ -632,10 +641,11 @@ type SyncEvent struct {
 // sync/<namespace|_>/<epoch>/started|completed (Nats-Msg-Id
 // <prefix>.<cluster>/<source>/<id>, as for objects), CloudEvents subject
 // /relayd/<source>, extensions relaydsource, relaydepoch, k8scluster and
-// k8snamespace (omitted when empty), and data
-// {"namespace","epoch","reason","fromResourceVersion","toResourceVersion"}
-// plus "counts" on sync.completed. MaxPayload does not apply (a control
-// event is a few hundred bytes).
+// k8snamespace (omitted when empty), and data (syncData)
+// {"namespace","epoch","reason","fromResourceVersion","toResourceVersion",
+// "group","version","resource","kind","namespaced"} plus "labelSelector"
+// and "fieldSelector" when set and "counts" on sync.completed. MaxPayload
+// does not apply (a control event is a few hundred bytes).
 func (e *Encoder) Control(s SyncEvent) Message {
 	phase := "started"
 	if s.Completed {
@@ -652,22 +662,7 @@ func (e *Encoder) Control(s SyncEvent) Message {
 		ts = time.Now()
 	}
 
-	d := make([]byte, 0, 256)
-	d = appendJSONField(append(d, '{'), "namespace", s.Namespace)
-	d = strconv.AppendUint(append(d, `,"epoch":`...), s.Epoch, 10)
-	d = appendJSONField(append(d, ','), "reason", s.Reason)
-	d = appendJSONField(append(d, ','), "fromResourceVersion", s.FromResourceVersion)
-	d = appendJSONField(append(d, ','), "toResourceVersion", s.ToResourceVersion)
-	if s.Completed {
-		d = strconv.AppendInt(append(d, `,"counts":{"added":`...), s.Counts.Added, 10)
-		d = strconv.AppendInt(append(d, `,"modified":`...), s.Counts.Modified, 10)
-		d = strconv.AppendInt(append(d, `,"deleted":`...), s.Counts.Deleted, 10)
-		d = strconv.AppendInt(append(d, `,"unchanged":`...), s.Counts.Unchanged, 10)
-		d = strconv.AppendInt(append(d, `,"total":`...), s.Counts.Total, 10)
-		d = append(d, '}')
-	}
-	d = append(d, '}')
-
+	d := syncData(&s)
 	typ := e.ctlTypes[b2i(s.Completed)]
 	subject := e.ctlSubjects[b2i(s.Completed)]
 	if e.opts.Binary {
@@ -715,6 +710,38 @@ func (e *Encoder) Control(s SyncEvent) Message {
 		Header:  map[string][]string{HeaderContentType: vals[0:1:1], HeaderMsgID: vals[1:2:2]},
 		Data:    b,
 	}
+}
+
+// syncData is the JSON data of a sync marker (see Control).
+func syncData(s *SyncEvent) []byte {
+	d := make([]byte, 0, 384)
+	d = appendJSONField(append(d, '{'), "namespace", s.Namespace)
+	d = strconv.AppendUint(append(d, `,"epoch":`...), s.Epoch, 10)
+	d = appendJSONField(append(d, ','), "reason", s.Reason)
+	d = appendJSONField(append(d, ','), "fromResourceVersion", s.FromResourceVersion)
+	d = appendJSONField(append(d, ','), "toResourceVersion", s.ToResourceVersion)
+	if r := s.Resource; r.Resource != "" {
+		d = appendJSONField(append(d, ','), "group", r.Group)
+		d = appendJSONField(append(d, ','), "version", r.Version)
+		d = appendJSONField(append(d, ','), "resource", r.Resource)
+		d = appendJSONField(append(d, ','), "kind", r.Kind)
+		d = strconv.AppendBool(append(d, `,"namespaced":`...), r.Namespaced)
+		if s.LabelSelector != "" {
+			d = appendJSONField(append(d, ','), "labelSelector", s.LabelSelector)
+		}
+		if s.FieldSelector != "" {
+			d = appendJSONField(append(d, ','), "fieldSelector", s.FieldSelector)
+		}
+	}
+	if s.Completed {
+		d = strconv.AppendInt(append(d, `,"counts":{"added":`...), s.Counts.Added, 10)
+		d = strconv.AppendInt(append(d, `,"modified":`...), s.Counts.Modified, 10)
+		d = strconv.AppendInt(append(d, `,"deleted":`...), s.Counts.Deleted, 10)
+		d = strconv.AppendInt(append(d, `,"unchanged":`...), s.Counts.Unchanged, 10)
+		d = strconv.AppendInt(append(d, `,"total":`...), s.Counts.Total, 10)
+		d = append(d, '}')
+	}
+	return append(d, '}')
 }
 
 // ID returns the CloudEvents id of a message this Encoder built (the

@@ -74,8 +74,9 @@ const (
 	cmUID      = "0b7e4a12-3c5d-4e6f-8a9b-1c2d3e4f5a6b"
 	nodeUID    = "d41d8cd9-8f00-4b20-9e98-00998ecf8427"
 	webPayload = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"shop","uid":"` + webUID + `","resourceVersion":"48213","generation":4,"labels":{"app":"web"}},"spec":{"replicas":3,"template":{"spec":{"containers":[{"name":"web","image":"registry.example/web:1.4"}]}}},"status":{"readyReplicas":3}}`
-	ctlData    = `{"namespace":"shop","epoch":3,"reason":"expired","fromResourceVersion":"48213","toResourceVersion":"50122"}`
-	ctlDone    = `{"namespace":"shop","epoch":3,"reason":"expired","fromResourceVersion":"48213","toResourceVersion":"50122","counts":{"added":2,"modified":5,"deleted":1,"unchanged":40,"total":47}}`
+	ctlRes     = `"group":"apps","version":"v1","resource":"deployments","kind":"Deployment","namespaced":true,"labelSelector":"tier in (web,api)"`
+	ctlData    = `{"namespace":"shop","epoch":3,"reason":"expired","fromResourceVersion":"48213","toResourceVersion":"50122",` + ctlRes + `}`
+	ctlDone    = `{"namespace":"shop","epoch":3,"reason":"expired","fromResourceVersion":"48213","toResourceVersion":"50122",` + ctlRes + `,"counts":{"added":2,"modified":5,"deleted":1,"unchanged":40,"total":47}}`
 )
 
 func goldenEvents() []goldenEvent {
@@ -161,7 +162,8 @@ func goldenEvents() []goldenEvent {
 	binaryBareEnv := bareEnv
 	binaryBareEnv.Data = []byte{}
 
-	started := event.SyncEvent{Namespace: "shop", Epoch: 3, Reason: "expired", FromResourceVersion: "48213", ToResourceVersion: "50122", Time: goldenTime}
+	started := event.SyncEvent{Namespace: "shop", Epoch: 3, Reason: "expired", FromResourceVersion: "48213", ToResourceVersion: "50122",
+		Resource: deployment, LabelSelector: "tier in (web,api)", Time: goldenTime}
 	completed := started
 	completed.Completed = true
 	completed.Counts = event.SyncCounts{Added: 2, Modified: 5, Deleted: 1, Unchanged: 40, Total: 47}
@@ -172,12 +174,13 @@ func goldenEvents() []goldenEvent {
 			K8sCluster: "prod-eu-1", K8sNamespace: "shop", RelaydSource: "deploys", RelaydEpoch: 3, Data: []byte(data),
 		}
 	}
-	clusterStarted := event.SyncEvent{Epoch: 1, Reason: "initial", ToResourceVersion: "700", Time: goldenTime}
+	clusterStarted := event.SyncEvent{Epoch: 1, Reason: "initial", ToResourceVersion: "700", Resource: node, Time: goldenTime}
 	clusterEnv := event.Envelope{
 		SpecVersion: "1.0", ID: "sync/_/1/started", Source: "/relayd/prod-eu-1/nodes", Type: "acme.k8s.source.sync.started",
 		Subject: "/relayd/nodes", Time: goldenTime, DataContentType: "application/json",
 		K8sCluster: "prod-eu-1", RelaydSource: "nodes", RelaydEpoch: 1,
-		Data: []byte(`{"namespace":"","epoch":1,"reason":"initial","fromResourceVersion":"","toResourceVersion":"700"}`),
+		Data: []byte(`{"namespace":"","epoch":1,"reason":"initial","fromResourceVersion":"","toResourceVersion":"700",` +
+			`"group":"","version":"v1","resource":"nodes","kind":"Node","namespaced":false}`),
 	}
 
 	return []goldenEvent{
@@ -267,10 +270,14 @@ func TestEventGoldenFiles(t *testing.T) {
 // is what this version writes). After an upgrade, relayd republishes the
 // changes after its checkpoint that the older version stored with such ids
 // with the same ids (Encoder.UseLegacyMsgID), so that JetStream drops them
-// as duplicates: that must give these bytes exactly.
+// as duplicates: that must give these bytes exactly. The sync markers of
+// those versions did not name the resource and selectors in their data
+// (members added later, which JetStream's duplicate check, on the
+// Nats-Msg-Id alone, does not look at): they are encoded without them here.
 func TestLegacyMsgIDReproducesOlderVersion(t *testing.T) {
 	for _, g := range goldenEvents() {
 		t.Run(g.file, func(t *testing.T) {
+			g.sync.Resource, g.sync.LabelSelector, g.sync.FieldSelector = event.Resource{}, "", ""
 			enc, msg := g.encode(t)
 			if got := enc.ID(&msg); got != g.want.ID {
 				t.Errorf("ID = %q, want the CloudEvents id %q", got, g.want.ID)
@@ -369,4 +376,57 @@ func parseMessage(b []byte) (subject string, header map[string][]string, body []
 		header[k] = append(header[k], v)
 	}
 	return subject, header, body, nil
+}
+
+// testdata/markers-v0 holds the sync markers as relayd wrote them before
+// their data named the watched resource and selectors ("group", "version",
+// "resource", "kind", "namespaced", "labelSelector", "fieldSelector"): the
+// current code reads them to the same attributes, and their data is the
+// current data without those members (a consumer that reconciles has to
+// fall back to what it holds, docs/CONSUMING.md, "The sync markers").
+func TestDecodesMarkersWithoutResource(t *testing.T) {
+	want := map[string]goldenEvent{}
+	for _, g := range goldenEvents() {
+		want[g.file] = g
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "markers-v0", "*.msg"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata/markers-v0/*.msg (%v)", err)
+	}
+	for _, path := range files {
+		g, ok := want[filepath.Base(path)]
+		if !ok || g.change != nil {
+			t.Fatalf("%s: no golden sync marker of that name to compare with", path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, header, body, err := parseMessage(b)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		env, err := event.DecodeMessage(header, body)
+		if err != nil {
+			t.Fatalf("DecodeMessage(%s): %v", path, err)
+		}
+		old := g.sync
+		old.Resource, old.LabelSelector, old.FieldSelector = event.Resource{}, "", ""
+		enc, err := event.NewEncoder(g.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldEnv, err := event.DecodeMessage(enc.Control(old).Header, enc.Control(old).Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := g.want
+		w.Data = oldEnv.Data
+		if !reflect.DeepEqual(env, w) {
+			t.Errorf("DecodeMessage(%s):\n got %+v\nwant %+v", path, env, w)
+		}
+		if bytes.Contains(env.Data, []byte(`"resource"`)) {
+			t.Errorf("%s: data %s names a resource: not the older form", path, env.Data)
+		}
+	}
 }

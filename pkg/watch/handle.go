@@ -198,6 +198,17 @@ func (w *Watch) replayID(msg *event.Message) {
 	}
 }
 
+// control builds a sync marker. It names the watched resource and the
+// source's selectors, which a consumer's reconcile LIST needs
+// (docs/CONSUMING.md, "The sync markers").
+func (w *Watch) control(s event.SyncEvent) event.Message {
+	s.Resource = w.resource
+	s.LabelSelector, s.FieldSelector = w.o.Source.LabelSelector, w.o.Source.FieldSelector
+	msg := w.enc.Control(s)
+	w.replayID(&msg)
+	return msg
+}
+
 // syncStarted begins comparing a list with the index and publishes
 // sync.started, after recording its epoch in the bucket.
 func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
@@ -205,8 +216,7 @@ func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
 	w.ix.idx.BeginSync()
 	w.counts = event.SyncCounts{}
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "started").Inc()
-	msg := w.enc.Control(it.Sync)
-	w.replayID(&msg)
+	msg := w.control(it.Sync)
 	// The epoch goes into the bucket before sync.started is published (the
 	// shared key makes Submit wait for the write's ack): were relayd to die
 	// between the two the other way round, the next relist would reuse this
@@ -238,8 +248,7 @@ func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
 	}
 	it.Sync.Counts = w.counts
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "completed").Inc()
-	msg := w.enc.Control(it.Sync)
-	w.replayID(&msg)
+	msg := w.control(it.Sync)
 	if err := w.o.Pipe.Submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
 		return err
 	}
