@@ -282,3 +282,28 @@ func TestSchemaFormatsAreValidates(t *testing.T) {
 		}
 	}
 }
+
+// schemaStricter are the spellings that Parse reads (as unset, or converted
+// to a string) and the schema refuses, as docs/CONFIGURATION.md says;
+// everything else the schema refuses, Parse refuses too.
+var schemaStricter = []struct{ name, doc, schema string }{
+	{"null for unset", minimalHead + "prefix: ~\nsources: [{name: pods, apiVersion: v1, kind: Pod}]\n",
+		"at '/prefix': got null, want string"},
+	{"empty for a default of a fixed set", minimalHead + "sources: [{name: pods, apiVersion: v1, kind: Pod, payload: ''}]\n",
+		"at '/sources/0/payload': value must be one of"},
+	{"a number for a string", "cluster: 123\nnats: {url: nats://a:4222, stream: {name: K8S}}\nsources: [{name: pods, apiVersion: v1, kind: Pod}]\n",
+		"at '/cluster': got number, want string"},
+}
+
+func TestSchemaIsStricterOnlyWhereTheDocsSay(t *testing.T) {
+	sch := compiledSchema(t)
+	for _, tc := range schemaStricter {
+		if _, err := Parse([]byte(tc.doc), "c.yaml"); err != nil {
+			t.Errorf("%s: Parse refuses it (%v): the docs need not mention it", tc.name, err)
+		}
+		errs := schemaErrors(t, sch, []byte(tc.doc))
+		if !slices.ContainsFunc(errs, func(e string) bool { return strings.Contains(e, tc.schema) }) {
+			t.Errorf("%s: the schema says %q, want %q", tc.name, errs, tc.schema)
+		}
+	}
+}
