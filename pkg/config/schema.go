@@ -88,7 +88,18 @@ type SchemaDescriber interface {
 // values.schema.json holds it as properties.config, docs/config.schema.json
 // for editors; `make schema` writes both.
 func Schema() (*JSONSchema, error) {
-	s, err := schemaOf(reflect.TypeFor[Config](), fieldTag{})
+	return schemaGen{}.config()
+}
+
+// schemaGen derives a schema; doc, if set, gives the description of a
+// field of a struct type (docs/config.schema.json takes the Go doc
+// comments, for editors).
+type schemaGen struct {
+	doc func(t reflect.Type, f reflect.StructField) string
+}
+
+func (g schemaGen) config() (*JSONSchema, error) {
+	s, err := g.of(reflect.TypeFor[Config](), fieldTag{})
 	if err != nil {
 		return nil, err
 	}
@@ -181,9 +192,8 @@ var (
 	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 )
 
-// schemaOf derives the schema of a value of type t held by a field tagged
-// tag.
-func schemaOf(t reflect.Type, tag fieldTag) (*JSONSchema, error) {
+// of derives the schema of a value of type t held by a field tagged tag.
+func (g schemaGen) of(t reflect.Type, tag fieldTag) (*JSONSchema, error) {
 	if t.Implements(describerType) {
 		return reflect.Zero(t).Interface().(SchemaDescriber).JSONSchema(), nil
 	}
@@ -192,11 +202,11 @@ func schemaOf(t reflect.Type, tag fieldTag) (*JSONSchema, error) {
 	}
 	switch k := t.Kind(); {
 	case k == reflect.Pointer:
-		return schemaOf(t.Elem(), tag)
+		return g.of(t.Elem(), tag)
 	case k == reflect.Struct:
-		return objectSchema(t)
+		return g.object(t)
 	case k == reflect.Slice:
-		items, err := schemaOf(t.Elem(), fieldTag{required: true, format: tag.format})
+		items, err := g.of(t.Elem(), fieldTag{required: true, format: tag.format})
 		if err != nil {
 			return nil, err
 		}
@@ -224,9 +234,9 @@ func schemaOf(t reflect.Type, tag fieldTag) (*JSONSchema, error) {
 	return nil, fmt.Errorf("type %s: no JSON Schema for kind %s", t, t.Kind())
 }
 
-// objectSchema is the schema of a struct: its yaml keys, in field order,
-// and no other.
-func objectSchema(t reflect.Type) (*JSONSchema, error) {
+// object is the schema of a struct: its yaml keys, in field order, and no
+// other.
+func (g schemaGen) object(t reflect.Type) (*JSONSchema, error) {
 	no := false
 	s := &JSONSchema{Type: "object", AdditionalProperties: &no}
 	for i := range t.NumField() {
@@ -239,9 +249,14 @@ func objectSchema(t reflect.Type) (*JSONSchema, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s.%s: %w", t.Name(), sf.Name, err)
 		}
-		ps, err := schemaOf(sf.Type, tag)
+		ps, err := g.of(sf.Type, tag)
 		if err != nil {
 			return nil, fmt.Errorf("%s.%s: %w", t.Name(), sf.Name, err)
+		}
+		if g.doc != nil {
+			if d := g.doc(t, sf); d != "" {
+				ps.Description = strings.TrimSpace(d + " " + ps.Description)
+			}
 		}
 		s.Properties = append(s.Properties, Property{Name: name, Schema: ps})
 		if tag.required {

@@ -6,8 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -45,12 +49,59 @@ func renderedSchemas(t *testing.T, values []byte) (chart, docs []byte) {
 	}
 	chart = slices.Concat(values[:start], []byte(renderJSON(raw, "    ", len(`    "config": `))), values[end:])
 
-	d := *s
+	d, err := schemaGen{doc: goDocs(t)}.config()
+	if err != nil {
+		t.Fatal(err)
+	}
 	d.Schema, d.Title = "http://json-schema.org/draft-07/schema#", "relayd configuration file"
-	if raw, err = json.Marshal(&d); err != nil {
+	if raw, err = json.Marshal(d); err != nil {
 		t.Fatal(err)
 	}
 	return chart, []byte(renderJSON(raw, "", 0) + "\n")
+}
+
+// goDocs returns the Go doc comment of each field of pkg/config's structs,
+// on one line, for the descriptions of docs/config.schema.json.
+func goDocs(t *testing.T) func(reflect.Type, reflect.StructField) string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok {
+				return true
+			}
+			if st, ok := ts.Type.(*ast.StructType); ok {
+				for _, fld := range st.Fields.List {
+					for _, name := range fld.Names {
+						docs[ts.Name.Name+"."+name.Name] = strings.Join(strings.Fields(fld.Doc.Text()), " ")
+					}
+				}
+			}
+			return false
+		})
+	}
+	// "Cluster names ..." reads "cluster names ..." (its key) in an editor.
+	return func(st reflect.Type, f reflect.StructField) string {
+		d := docs[st.Name()+"."+f.Name]
+		if rest, ok := strings.CutPrefix(d, f.Name+" "); ok {
+			key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			d = key + " " + rest
+		}
+		return d
+	}
 }
 
 // TestSchemaFilesAreGenerated: the committed schemas are what Schema()
