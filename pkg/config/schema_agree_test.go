@@ -307,3 +307,65 @@ func TestSchemaIsStricterOnlyWhereTheDocsSay(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaRequiredKeysAreRequiredByParse: in every config of the
+// repository, leaving out a key the schema requires (or emptying a list it
+// wants non-empty) makes Parse refuse the config, so the schema's
+// `required` tags never refuse what relayd accepts.
+func TestSchemaRequiredKeysAreRequiredByParse(t *testing.T) {
+	s, err := Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := map[string]bool{}
+	for name, doc := range repoConfigs(t) {
+		var root yaml.Node
+		if err := yaml.Unmarshal(doc, &root); err != nil {
+			t.Fatal(err)
+		}
+		// without runs Parse on the document with n's content changed to
+		// content, then restores it.
+		without := func(n *yaml.Node, content []*yaml.Node, what string) {
+			saved := n.Content
+			n.Content = content
+			defer func() { n.Content = saved }()
+			out, err := yaml.Marshal(&root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Parse(out, name); err == nil {
+				t.Errorf("%s: the schema requires %s, Parse accepts the config without it", name, what)
+			}
+			checked[what] = true
+		}
+		var visit func(s *JSONSchema, n *yaml.Node, path string)
+		visit = func(s *JSONSchema, n *yaml.Node, path string) {
+			switch {
+			case n.Kind == yaml.MappingNode && s.Type == "object":
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					key := n.Content[i].Value
+					if slices.Contains(s.Required, key) {
+						without(n, slices.Delete(slices.Clone(n.Content), i, i+2), path+"/"+key)
+					}
+					if j := slices.IndexFunc(s.Properties, func(p Property) bool { return p.Name == key }); j >= 0 {
+						visit(s.Properties[j].Schema, n.Content[i+1], path+"/"+key)
+					}
+				}
+			case n.Kind == yaml.SequenceNode && s.Type == "array":
+				if s.MinItems > 0 {
+					without(n, nil, path+" (an item)")
+				}
+				for _, it := range n.Content {
+					visit(s.Items, it, path+"/*")
+				}
+			}
+		}
+		visit(s, root.Content[0], "")
+	}
+	for _, want := range []string{"/cluster", "/nats", "/nats/url", "/nats/stream", "/nats/stream/name", "/sources", "/sources (an item)",
+		"/sources/*/name", "/sources/*/resource/version", "/sources/*/resource/resource"} {
+		if !checked[want] {
+			t.Errorf("no config of the repository has %s: its requirement is untested", want)
+		}
+	}
+}
