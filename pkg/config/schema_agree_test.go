@@ -1,6 +1,8 @@
 package config
 
 import (
+	"cmp"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -368,4 +370,114 @@ func TestSchemaRequiredKeysAreRequiredByParse(t *testing.T) {
 			t.Errorf("no config of the repository has %s: its requirement is untested", want)
 		}
 	}
+}
+
+// mutants are the values TestSchemaNeverRefusesWhatParseAccepts puts in
+// place of each scalar of the repository's configs: a YAML tag and text.
+var mutants = [][2]string{
+	{"!!null", "null"}, {"!!bool", "true"}, {"!!bool", "false"}, {"!!int", "0"}, {"!!int", "1"}, {"!!int", "-1"},
+	{"!!int", "3"}, {"!!int", "65536"}, {"!!int", "2097152"}, {"!!float", "0.5"}, {"!!float", "1.5"},
+	{"!!str", ""}, {"!!str", "x"}, {"!!str", "X"}, {"!!str", "a-b"}, {"!!str", "a_b"}, {"!!str", "a.b"}, {"!!str", "a b"},
+	{"!!str", "core"}, {"!!str", "core/v1"}, {"!!str", "v1"}, {"!!str", "apps/v1"}, {"!!str", "Pod"}, {"!!str", "0"},
+	{"!!str", "1s"}, {"!!str", "-1s"}, {"!!str", "90s"}, {"!!str", "2m"}, {"!!str", "1h"}, {"!!str", "file"}, {"!!str", "memory"},
+	{"!!str", "metadata"}, {"!!str", "deleted"}, {"!!str", "none"}, {"!!str", "binary"}, {"!!str", "nats://a:4222"},
+	{"!!str", "tls://a:4222"}, {"!!str", "/etc/relayd/x"}, {"!!str", "app=web"}, {"!!str", "metadata.name=x"}, {"!!str", "spec"},
+}
+
+// TestSchemaNeverRefusesWhatParseAccepts: each scalar of each config of
+// the repository, replaced by each of mutants: whenever Parse accepts the
+// result, the schema accepts it too, but for the spellings
+// docs/CONFIGURATION.md names (null, "" for a key with a fixed set of
+// values, a number or boolean for a string).
+func TestSchemaNeverRefusesWhatParseAccepts(t *testing.T) {
+	sch := compiledSchema(t)
+	s, err := Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tried, parseOnly, schemaOnly int
+	seen := map[string]bool{} // each key path once, in the smallest config that has it
+	configs := repoConfigs(t)
+	names := slices.SortedFunc(maps.Keys(configs), func(a, b string) int {
+		return cmp.Or(len(configs[a])-len(configs[b]), strings.Compare(a, b))
+	})
+	for _, name := range names {
+		doc := configs[name]
+		var root yaml.Node
+		if err := yaml.Unmarshal(doc, &root); err != nil {
+			t.Fatal(err)
+		}
+		stripComments(&root) // the YAML to parse shrinks to a tenth
+		var visit func(s *JSONSchema, n *yaml.Node, path string)
+		visit = func(s *JSONSchema, n *yaml.Node, path string) {
+			switch n.Kind {
+			case yaml.MappingNode:
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if j := slices.IndexFunc(s.Properties, func(p Property) bool { return p.Name == n.Content[i].Value }); j >= 0 {
+						visit(s.Properties[j].Schema, n.Content[i+1], path+"/"+n.Content[i].Value)
+					}
+				}
+			case yaml.SequenceNode:
+				for _, it := range n.Content {
+					if s.Items != nil {
+						visit(s.Items, it, path+"/*")
+					}
+				}
+			case yaml.ScalarNode:
+				if seen[path] {
+					return
+				}
+				seen[path] = true
+				saved := *n
+				takesString := s.Type == "string" || slices.Contains(asStrings(s.Type), "string")
+				for _, m := range mutants {
+					if m[0] == "!!str" && !takesString {
+						continue // refused by both as a string for a number or boolean
+					}
+					n.Tag, n.Value, n.Style = m[0], m[1], 0
+					if m[0] == "!!str" {
+						n.Style = yaml.DoubleQuotedStyle
+					}
+					out, err := yaml.Marshal(&root)
+					if err != nil {
+						t.Fatal(err)
+					}
+					tried++
+					_, perr := Parse(out, name)
+					var v any
+					if err := root.Decode(&v); err != nil {
+						t.Fatal(err)
+					}
+					serrs := validateValue(t, sch, v)
+					documented := m[0] == "!!null" || (m[1] == "" && s.Enum != nil) || (m[0] != "!!str" && s.Type == "string")
+					switch {
+					case perr == nil && serrs != nil && !documented:
+						t.Errorf("%s: %s = %s %q: Parse accepts it, the schema refuses it: %s", name, path, m[0], m[1], serrs)
+					case perr == nil && serrs != nil:
+						parseOnly++
+					case perr != nil && serrs == nil:
+						schemaOnly++
+					}
+				}
+				*n = saved
+			}
+		}
+		visit(s, root.Content[0], "")
+	}
+	t.Logf("%d mutants: %d accepted by Parse only (the documented spellings), %d by the schema only (for check-config)", tried, parseOnly, schemaOnly)
+	if tried < 1500 {
+		t.Errorf("only %d mutants tried", tried)
+	}
+}
+
+func stripComments(n *yaml.Node) {
+	n.HeadComment, n.LineComment, n.FootComment = "", "", ""
+	for _, c := range n.Content {
+		stripComments(c)
+	}
+}
+
+func asStrings(v any) []string {
+	s, _ := v.([]string)
+	return s
 }

@@ -342,6 +342,12 @@ func schemaErrors(t *testing.T, sch *jsonschema.Schema, doc []byte) []string {
 	if err := yaml.Unmarshal(doc, &v); err != nil {
 		t.Fatal(err)
 	}
+	return validateValue(t, sch, v)
+}
+
+// validateValue is schemaErrors of a YAML document already decoded.
+func validateValue(t *testing.T, sch *jsonschema.Schema, v any) []string {
+	t.Helper()
 	raw, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
