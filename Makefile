@@ -118,6 +118,10 @@ lint: vet $(STATICCHECK) ## gofmt check, go vet, staticcheck.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^tools/') 2>&1); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	GOFLAGS=-race $(STATICCHECK) ./...
 
+.PHONY: schema
+schema: ## Regenerate the config schema (values.schema.json's config, docs/config.schema.json) from pkg/config's structs.
+	$(GO) test ./pkg/config -run TestSchemaFilesAreGenerated -count=1 -update
+
 .PHONY: test
 test: testenv-bins nats-server-bin kustomize-bin helm-bin prometheus-bin build lint ## Build test servers if needed, lint, and run all tests with -race against real servers.
 	$(GO) test -race -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...

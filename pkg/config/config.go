@@ -21,11 +21,11 @@ import (
 type Config struct {
 	// Cluster names the Kubernetes cluster in subjects and in the
 	// CloudEvents source. Required.
-	Cluster string `yaml:"cluster"`
+	Cluster string `yaml:"cluster" schema:"required,token"`
 	// Prefix is the first subject token(s) and the CloudEvents type prefix.
-	Prefix string `yaml:"prefix"`
+	Prefix string `yaml:"prefix" schema:"subjectPrefix"`
 	// NATS configures the connection and the JetStream stream.
-	NATS NATS `yaml:"nats"`
+	NATS NATS `yaml:"nats" schema:"required"`
 	// CloudEvents configures the wire format of events.
 	CloudEvents CloudEvents `yaml:"cloudevents"`
 	// Checkpoint configures where resourceVersions are stored.
@@ -37,7 +37,7 @@ type Config struct {
 	// Sharding spreads the sources over several replicas (one Lease each).
 	Sharding Sharding `yaml:"sharding"`
 	// Sources lists the resources to watch. At least one is required.
-	Sources []Source `yaml:"sources"`
+	Sources []Source `yaml:"sources" schema:"required"`
 
 	// origin remembers where the Config was parsed from, so that Validate
 	// can name file lines. Nil for a Config built in Go.
@@ -59,7 +59,7 @@ type origin struct {
 type NATS struct {
 	// URL is one server URL or a comma-separated list of them
 	// (nats://, tls://, ws:// or wss://). Required.
-	URL string `yaml:"url"`
+	URL string `yaml:"url" schema:"required"`
 	// CredentialsFile is the path of a NATS .creds file (JWT + nkey seed),
 	// for servers in operator (JWT) mode.
 	CredentialsFile string `yaml:"credentialsFile"`
@@ -80,11 +80,11 @@ type NATS struct {
 	TLS TLS `yaml:"tls"`
 	// JSDomain is the JetStream domain of the stream and bucket (for a
 	// leaf node that reaches its hub's JetStream); "" is the local one.
-	JSDomain string `yaml:"jsDomain"`
+	JSDomain string `yaml:"jsDomain" schema:"token"`
 	// InboxPrefix replaces "_INBOX" as the prefix of the reply subjects
 	// relayd subscribes to, so that NATS permissions can grant
 	// "<inboxPrefix>.>" instead of every inbox.
-	InboxPrefix string `yaml:"inboxPrefix"`
+	InboxPrefix string `yaml:"inboxPrefix" schema:"subjectPrefix"`
 	// Name is the client connection name shown by the server.
 	Name string `yaml:"name"`
 	// PublishTimeout bounds the wait for one PubAck.
@@ -96,7 +96,7 @@ type NATS struct {
 	MaxInFlightBytes         int `yaml:"maxInFlightBytes"`
 	MaxInFlightBytesPerWatch int `yaml:"maxInFlightBytesPerWatch"`
 	// Stream describes the JetStream stream events are published to.
-	Stream Stream `yaml:"stream"`
+	Stream Stream `yaml:"stream" schema:"required"`
 	// Index configures the key-value bucket that persists the object index
 	// (what each watch has published), used for exact recovery after a 410.
 	Index Index `yaml:"index"`
@@ -125,7 +125,7 @@ func (t *TLS) Enabled() bool {
 // Index configures the JetStream key-value bucket of the object index.
 type Index struct {
 	// Bucket is the bucket name; default "relayd-index-<cluster>".
-	Bucket string `yaml:"bucket"`
+	Bucket string `yaml:"bucket" schema:"token"`
 	// Create makes relayd create the bucket when it is missing. A pointer
 	// because the default is true; use CreateBucket to read it.
 	Create *bool `yaml:"create"`
@@ -150,7 +150,7 @@ func (i *Index) CreateBucket() bool { return i.Create == nil || *i.Create }
 // exists (it warns where they differ). They are validated either way.
 type Stream struct {
 	// Name is the stream name. Required.
-	Name string `yaml:"name"`
+	Name string `yaml:"name" schema:"required,token"`
 	// Create makes relayd create the stream when it is missing (subjects
 	// Config.StreamSubject(), discard policy "new"), and add
 	// Config.StreamSubject() to the subjects of an existing stream that
@@ -180,9 +180,9 @@ type CloudEvents struct {
 type Checkpoint struct {
 	// Namespace of the checkpoint ConfigMap. Empty until ResolveDefaults
 	// (called by Load) fills it from the environment.
-	Namespace string `yaml:"namespace"`
+	Namespace string `yaml:"namespace" schema:"dns1123Label"`
 	// Name of the checkpoint ConfigMap.
-	Name string `yaml:"name"`
+	Name string `yaml:"name" schema:"dns1123Subdomain"`
 	// FlushInterval is how often pending checkpoints are written.
 	FlushInterval Duration `yaml:"flushInterval"`
 }
@@ -227,7 +227,7 @@ type Sharding struct {
 	// source and uses no Lease: run one replica.
 	Enabled bool `yaml:"enabled"`
 	// LeasePrefix names the Leases.
-	LeasePrefix string `yaml:"leasePrefix"`
+	LeasePrefix string `yaml:"leasePrefix" schema:"dns1123Label"`
 	// LeaseDuration is how long other replicas wait after the last renewal
 	// they saw before taking a source over (the fail-over time).
 	LeaseDuration Duration `yaml:"leaseDuration"`
@@ -250,23 +250,23 @@ type Shutdown struct {
 type Source struct {
 	// Name identifies the source in subjects, CloudEvents, metrics and
 	// checkpoints. Required, unique, a DNS-1123 label.
-	Name string `yaml:"name"`
+	Name string `yaml:"name" schema:"required,dns1123Label"`
 	// APIVersion is "v1" (core) or "group/version"; set with Kind.
-	APIVersion string `yaml:"apiVersion"`
+	APIVersion string `yaml:"apiVersion" schema:"apiVersion"`
 	// Kind is the CamelCase kind, e.g. "Pod"; set with APIVersion.
-	Kind string `yaml:"kind"`
+	Kind string `yaml:"kind" schema:"kind"`
 	// Resource names the resource directly instead of APIVersion+Kind.
 	Resource *Resource `yaml:"resource"`
 	// Namespaces to watch, one watch each. Empty means all namespaces
 	// (or a cluster-scoped kind).
-	Namespaces []string `yaml:"namespaces"`
+	Namespaces []string `yaml:"namespaces" schema:"unique,dns1123Label"`
 	// LabelSelector is the server-side label selector.
 	LabelSelector string `yaml:"labelSelector"`
 	// FieldSelector is the server-side field selector.
 	FieldSelector string `yaml:"fieldSelector"`
 	// EventTypes are the event types published; others are dropped
 	// client-side (and still advance the checkpoint).
-	EventTypes []EventType `yaml:"eventTypes"`
+	EventTypes []EventType `yaml:"eventTypes" schema:"unique"`
 	// Payload selects what the event data carries.
 	Payload Payload `yaml:"payload"`
 	// KeepManagedFields keeps metadata.managedFields in full payloads.
@@ -283,13 +283,13 @@ type Source struct {
 	// Drop lists field paths (pkg/event path syntax, e.g.
 	// "spec.template.spec.containers[*].env") removed from every payload.
 	// They stay in the fingerprint (a change in them is a change).
-	Drop []string `yaml:"drop"`
+	Drop []string `yaml:"drop" schema:"unique"`
 	// IgnoreChanges lists field paths whose changes do not count as a
 	// change of the object (left out of event.Object.Fingerprint). The
 	// fingerprint covers everything else, including what the payload
 	// leaves out, and is stored in the index bucket (see
 	// Index.FingerprintKeyFile).
-	IgnoreChanges []string `yaml:"ignoreChanges"`
+	IgnoreChanges []string `yaml:"ignoreChanges" schema:"unique"`
 	// Initial selects what happens when there is no checkpoint.
 	Initial Initial `yaml:"initial"`
 }
@@ -297,11 +297,11 @@ type Source struct {
 // Resource names a resource by group, version and plural resource name.
 type Resource struct {
 	// Group is the API group; "" is the core group.
-	Group string `yaml:"group"`
+	Group string `yaml:"group" schema:"apiGroup"`
 	// Version is the API version, e.g. "v1".
-	Version string `yaml:"version"`
+	Version string `yaml:"version" schema:"required,dns1035Label"`
 	// Resource is the plural lowercase resource name, e.g. "deployments".
-	Resource string `yaml:"resource"`
+	Resource string `yaml:"resource" schema:"required,dns1123Label"`
 }
 
 // EventType is a watch event type a source can publish.
@@ -329,6 +329,9 @@ const (
 	PayloadReference Payload = "reference"
 )
 
+// payloads are the valid values of Source.Payload.
+var payloads = []Payload{PayloadFull, PayloadMetadata, PayloadReference}
+
 // Initial selects how a source starts without a checkpoint.
 type Initial string
 
@@ -341,6 +344,9 @@ const (
 	InitialNone Initial = "none"
 )
 
+// initials are the valid values of Source.Initial.
+var initials = []Initial{InitialSnapshot, InitialNone}
+
 // Mode is the CloudEvents content mode.
 type Mode string
 
@@ -352,6 +358,9 @@ const (
 	ModeBinary Mode = "binary"
 )
 
+// modes are the valid values of CloudEvents.Mode.
+var modes = []Mode{ModeStructured, ModeBinary}
+
 // Storage is the JetStream storage backend.
 type Storage string
 
@@ -360,6 +369,9 @@ const (
 	StorageFile   Storage = "file"
 	StorageMemory Storage = "memory"
 )
+
+// storages are the valid values of Stream.Storage and Index.Storage.
+var storages = []Storage{StorageFile, StorageMemory}
 
 // Defaults. They are constants (not variables) so that nothing can change
 // them at run time; the package doc lists them for users.

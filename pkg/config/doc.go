@@ -291,4 +291,13 @@
 // single flat error. When the walk finds nothing wrong, the document is
 // decoded again with yaml.Decoder.KnownFields(true), the authority on what
 // it means; defaults are then applied and the result is validated.
+//
+// # JSON Schema
+//
+// Schema derives a JSON Schema of the file from the Config structs (their
+// yaml keys, `schema` tags and the SchemaDescriber method of custom
+// scalars). `make schema` writes it to docs/config.schema.json, for
+// editors, and into the Helm chart's values.schema.json as config; a test
+// fails when either is stale. It checks less than Parse: what it cannot
+// check is listed in docs/CONFIGURATION.md ("Editor and chart schema").
 package config

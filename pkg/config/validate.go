@@ -140,8 +140,8 @@ func (v *validator) config(c *Config) {
 	}
 	v.nats(&c.NATS)
 	v.fingerprintKey(c)
-	if m := c.CloudEvents.Mode; m != ModeStructured && m != ModeBinary {
-		v.add("cloudevents.mode", "%q is not a valid mode (must be structured or binary)", m)
+	if m := c.CloudEvents.Mode; !slices.Contains(modes, m) {
+		v.add("cloudevents.mode", "%q is not a valid mode (must be %s)", m, orList(modes))
 	}
 	v.checkpoint(&c.Checkpoint)
 	v.watch(&c.Watch)
@@ -193,8 +193,8 @@ func (v *validator) nats(n *NATS) {
 		v.add("nats.stream.duplicateWindow", "must not exceed nats.stream.maxAge (%s), got %s", s.MaxAge, s.DuplicateWindow)
 	}
 	v.intRange("nats.stream.replicas", s.Replicas, 1, 5)
-	if s.Storage != StorageFile && s.Storage != StorageMemory {
-		v.add("nats.stream.storage", "%q is not a valid storage type (must be file or memory)", s.Storage)
+	if !slices.Contains(storages, s.Storage) {
+		v.add("nats.stream.storage", "%q is not a valid storage type (must be %s)", s.Storage, orList(storages))
 	}
 	if s.MaxAge < 0 {
 		v.add("nats.stream.maxAge", "must not be negative (0 takes the default, 168h), got %s", s.MaxAge)
@@ -208,8 +208,8 @@ func (v *validator) nats(n *NATS) {
 		v.add("nats.index.bucket", "%q is not a valid bucket name (must be letters, digits, '_' and '-')", ix.Bucket)
 	}
 	v.intRange("nats.index.replicas", ix.Replicas, 1, 5)
-	if ix.Storage != StorageFile && ix.Storage != StorageMemory {
-		v.add("nats.index.storage", "%q is not a valid storage type (must be file or memory)", ix.Storage)
+	if !slices.Contains(storages, ix.Storage) {
+		v.add("nats.index.storage", "%q is not a valid storage type (must be %s)", ix.Storage, orList(storages))
 	}
 }
 
@@ -338,8 +338,8 @@ func (v *validator) source(p string, s *Source) {
 	v.eventTypes(p, s.EventTypes)
 	v.payload(p, s)
 	v.shaping(p, s)
-	if in := s.Initial; in != InitialSnapshot && in != InitialNone {
-		v.add(p+".initial", "%q is not a valid initial mode (must be snapshot or none)", in)
+	if in := s.Initial; !slices.Contains(initials, in) {
+		v.add(p+".initial", "%q is not a valid initial mode (must be %s)", in, orList(initials))
 	}
 }
 
@@ -433,8 +433,8 @@ func (v *validator) eventTypes(p string, types []EventType) {
 	seen := map[EventType]int{}
 	for j, t := range types {
 		tp := p + ".eventTypes[" + strconv.Itoa(j) + "]"
-		if t != EventAdded && t != EventModified && t != EventDeleted {
-			v.add(tp, "%q is not a valid event type (must be added, modified or deleted)", t)
+		if !slices.Contains(AllEventTypes(), t) {
+			v.add(tp, "%q is not a valid event type (must be %s)", t, orList(AllEventTypes()))
 			continue
 		}
 		if first, dup := seen[t]; dup {
@@ -451,8 +451,8 @@ func (v *validator) eventTypes(p string, types []EventType) {
 // as applied; ignoreChanges, whose fingerprint hashes the whole Secret and
 // is stored in the index bucket.
 func (v *validator) payload(p string, s *Source) {
-	if pl := s.Payload; pl != PayloadFull && pl != PayloadMetadata && pl != PayloadReference {
-		v.add(p+".payload", "%q is not a valid payload (must be full, metadata or reference)", pl)
+	if pl := s.Payload; !slices.Contains(payloads, pl) {
+		v.add(p+".payload", "%q is not a valid payload (must be %s)", pl, orList(payloads))
 	} else if pl == PayloadFull && s.IsSecret() && !s.AllowSecretData {
 		v.add(p+".payload", "full publishes the Secret's data; use metadata or reference, or set %s.allowSecretData: true", p)
 	}
@@ -500,6 +500,18 @@ func (v *validator) shaping(p string, s *Source) {
 			v.add(p, "%v", e)
 		}
 	}
+}
+
+// orList joins the values of an enumerated type as "a, b or c".
+func orList[T ~string](vs []T) string {
+	s := make([]string, len(vs))
+	for i, x := range vs {
+		s[i] = string(x)
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 func (v *validator) positive(path string, d Duration) {
