@@ -1,104 +1,55 @@
 #!/usr/bin/env bash
-# Installs Debian's prometheus package (prometheus + promtool, for
-# test/observability) if they are missing, without ever starting its service
-# (`make prometheus-bin`; tests run their own prometheus).
+# Builds prometheus and promtool from the tools/prometheus module (a
+# build-only module of its own, so Prometheus's dependencies never move a
+# version that the other tool builds depend on) into a cache folder keyed by
+# version, and prints the two binaries' paths. Skips the build of a binary
+# that is already there and reports the pinned version.
 #
-# The package's postinst runs `invoke-rc.d prometheus start` (and, under
-# systemd, deb-systemd-invoke start). Both ask policy-rc.d, and exit 101
-# forbids the start: a placeholder that says so is put in place for the
-# install, and whatever was there before is put back afterwards — also when
-# the script is interrupted (INT, TERM, HUP: apt is stopped first, then the
-# original is restored) and even after a SIGKILL: the original is saved next
-# to it as <policy>.relayd-saved before the placeholder goes in, and every run
-# starts by putting back a placeholder it finds (recognised by its marker
-# line) from that copy, or removing it when there was none. Under systemd
-# the unit the package enables is also disabled and stopped.
+# Binaries: $RELAYD_PROMETHEUS, else <repo>/.cache/prometheus/<version>/prometheus,
+# and $RELAYD_PROMTOOL, else <repo>/.cache/prometheus/<version>/promtool
+# (git-ignored). test/observability runs them: promtool checks and
+# unit-tests the alert rules, prometheus scrapes a real relayd.
 #
-# Environment (for tests): RELAYD_POLICY_RC_D, the policy file (default
-# /usr/sbin/policy-rc.d).
+# What is left out, because the tests use neither: the web UI's assets (no
+# builtinassets tag: the UI pages answer "not found", the HTTP API works) and
+# every service discovery but static, file and http (remove_all_sd: the
+# tests' scrape config is a static one; promtool keeps its kubernetes
+# import). The version is stamped as Prometheus's release builds do it.
+# Cold (empty GOCACHE and GOMODCACHE): see the prometheus-bin target in the
+# Makefile.
 set -euo pipefail
-
-policy=${RELAYD_POLICY_RC_D:-/usr/sbin/policy-rc.d}
-saved=$policy.relayd-saved
-marker='# relayd hack/prometheus-bin.sh placeholder: forbids service starts during its apt-get install'
-
-sudo=""
-[ "$(id -u)" = 0 ] || sudo=sudo
-
-is_placeholder() { [ -f "$policy" ] && grep -qxF "$marker" "$policy"; }
-
-# restore puts the original policy back (or removes the placeholder when
-# there was none). Each step leaves a state the next run can finish: the
-# copy is moved into place atomically, and a saved copy next to a policy
-# that is not the placeholder is stale.
-restore() {
-	if is_placeholder; then
-		if [ -e "$saved" ]; then
-			$sudo cp -p "$saved" "$policy.relayd-tmp"
-			$sudo mv -f "$policy.relayd-tmp" "$policy"
-		else
-			$sudo rm -f "$policy"
-		fi
-	fi
-	$sudo rm -f "$saved" "$saved.part" "$policy.relayd-tmp"
-}
-
-# A run killed with SIGKILL left its placeholder: put the original back
-# before anything else (also when prometheus got installed meanwhile).
-if is_placeholder || [ -e "$saved" ]; then
-	echo "prometheus-bin: restoring $policy left behind by an interrupted run"
-	restore
+root=$(cd "$(dirname "$0")/.." && pwd)
+mod=$root/tools/prometheus
+# The version is the one go.mod pins; bump it there (go get -tool ...@vX).
+# Prometheus 3.x's Go module versions are v0.3MM.P for release 3.MM.P.
+MODULE_VERSION=$(cd "$mod" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)
+if [[ ! "$MODULE_VERSION" =~ ^v0\.([1-9])([0-9][0-9])\.([0-9]+)$ ]]; then
+  echo "prometheus-bin: cannot map module version $MODULE_VERSION to a Prometheus release" >&2
+  exit 1
 fi
+PROMETHEUS_VERSION=${BASH_REMATCH[1]}.$((10#${BASH_REMATCH[2]})).${BASH_REMATCH[3]}
+dir=$root/.cache/prometheus/$MODULE_VERSION
+prometheus=${RELAYD_PROMETHEUS:-$dir/prometheus}
+promtool=${RELAYD_PROMTOOL:-$dir/promtool}
 
-if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then exit 0; fi
-echo "installing Debian's prometheus package (prometheus, promtool)"
+# Capture the output before matching: with pipefail, `cmd | grep -q` fails at
+# random when grep exits early and cmd dies of SIGPIPE.
+version_of() { [ -x "$1" ] && "$1" --version 2>&1 | head -n 1 || true; }
+has_version() { [[ "$(version_of "$1")" == "$2, version $PROMETHEUS_VERSION "* ]]; }
 
-child=""
-on_signal() {
-	trap '' INT TERM HUP
-	if [ -n "$child" ]; then
-		kill -TERM "$child" 2>/dev/null || true
-		wait "$child" 2>/dev/null || true
-	fi
-	restore
-	trap - EXIT
-	echo "prometheus-bin: interrupted by SIG$1; $policy restored" >&2
-	exit $((128 + $2))
-}
-trap restore EXIT
-trap 'on_signal INT 2' INT
-trap 'on_signal TERM 15' TERM
-trap 'on_signal HUP 1' HUP
-
-# run runs a command in the background and waits for it, so that a signal
-# is handled at once (bash runs traps only between commands, and wait is
-# one) and can stop the command before the policy is restored.
-run() {
-	"$@" &
-	child=$!
-	local rc=0
-	wait "$child" || rc=$?
-	child=""
-	return "$rc"
+build() { # name, output path
+  echo "prometheus-bin: building $1 $PROMETHEUS_VERSION ($MODULE_VERSION) into $2" >&2
+  mkdir -p "$(dirname "$2")"
+  (cd "$mod" && GOGC=400 CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false \
+    -tags netgo,remove_all_sd \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION" \
+    -o "$2.tmp" "github.com/prometheus/prometheus/cmd/$1")
+  mv "$2.tmp" "$2"
 }
 
-# Save the original first (a copy next to it, on the same file system),
-# then replace it atomically: at every moment the policy is the original or
-# the placeholder, and the placeholder always has the original's copy (or
-# there was none).
-$sudo rm -f "$saved"
-if [ -e "$policy" ]; then
-	$sudo cp -p "$policy" "$saved.part"
-	$sudo mv -f "$saved.part" "$saved"
-fi
-printf '#!/bin/sh\n%s\nexit 101\n' "$marker" | $sudo tee "$policy.relayd-tmp" >/dev/null
-$sudo chmod 755 "$policy.relayd-tmp"
-$sudo mv -f "$policy.relayd-tmp" "$policy"
-
-run $sudo apt-get update
-run $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
-if [ -d /run/systemd/system ]; then run $sudo systemctl disable --now prometheus.service >/dev/null 2>&1 || true; fi
-restore
-trap - EXIT INT TERM HUP
-prometheus --version 2>&1 | head -1
-promtool --version 2>&1 | head -1
+has_version "$prometheus" prometheus || build prometheus "$prometheus"
+has_version "$promtool" promtool || build promtool "$promtool"
+for b in prometheus promtool; do
+  has_version "${!b}" "$b" || { echo "prometheus-bin: ${!b} does not report $PROMETHEUS_VERSION (got: $(version_of "${!b}"))" >&2; exit 1; }
+  echo "${!b}"
+done

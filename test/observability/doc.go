@@ -3,7 +3,7 @@
 // the kustomize monitoring component (deploy/monitoring) and the metrics
 // reference table in docs/OPERATIONS.md. They run against real servers: etcd,
 // kube-apiserver and NATS from internal/testenv, relayd in-process, and a real
-// Prometheus (Debian's prometheus package; `make prometheus-bin`).
+// Prometheus (built from tools/prometheus by `make prometheus-bin`).
 //
 // How each alert is proven: `promtool test rules` shows that every alert
 // fires when it should and stays quiet when it should not (thresholds and
