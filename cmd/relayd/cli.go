@@ -77,9 +77,6 @@ func (c *command) usageError(stderr io.Writer, format string, args ...any) int {
 	return exitUsage
 }
 
-// set reports whether the flag was given on the command line.
-func (c *command) set(name string) bool { return c.fs.Changed(name) }
-
 // singleDashLong accepts the Go flag package's -name for a long flag
 // (-config, -log-level=debug), as relayd's flags were parsed before: it
 // rewrites them to --name. Arguments after "--" are left alone.
