@@ -392,3 +392,39 @@ func TestTailUsage(t *testing.T) {
 // noEnv is an empty environment: the tests of cmd/relayd do not depend on
 // the NATS_* variables of whoever runs them.
 func noEnv(string) string { return "" }
+
+// NATS_CONTEXT: relayd tail connects with a nats CLI context (URL, NKey
+// seed, CA, client certificate, JetStream domain, inbox prefix) to the
+// production-like NATS, which refuses anything else; NATS_URL then
+// overrides the context's url, and the failure names it.
+func TestTailWithNATSContext(t *testing.T) {
+	e := startTailEnv(t)
+	e.publish(t, "a", "11")
+	xdg := t.TempDir()
+	ctxFile := filepath.Join(xdg, "nats", "context", "prod.json")
+	if err := os.MkdirAll(filepath.Dir(ctxFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf(`{"description": "test", "url": %q, "nkey": %q, "ca": %q, "cert": %q, "key": %q,
+		"jetstream_domain": "hub", "inbox_prefix": "_INBOX_tail", "token": "unused", "color_scheme": "dark"}`,
+		e.nats.URL(), e.tailSeed, e.pki.CAFile, e.pki.ClientCertFile, e.pki.ClientKeyFile)
+	if err := os.WriteFile(ctxFile, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"XDG_CONFIG_HOME": xdg, "NATS_CONTEXT": "prod"}
+	getenv := func(k string) string { return env[k] }
+	run := func(args ...string) tailResult {
+		var out, errb bytes.Buffer
+		code := tailCommand(args, &out, &errb, getenv)
+		return tailResult{code, out.String(), errb.String()}
+	}
+	r := run("--stream", "K8S", "--subject", "k8s.dev.>", "--count", "1")
+	if r.code != 0 || !strings.Contains(r.out, "ns/a") || !strings.Contains(r.stderr, "relayd tail: warning: context prod: token ignored") {
+		t.Errorf("with NATS_CONTEXT: exit %d\nstdout: %s\nstderr: %s", r.code, r.out, r.stderr)
+	}
+	env["NATS_URL"] = "tls://127.0.0.1:1"
+	r = run("--stream", "K8S", "--count", "1")
+	if r.code != 1 || !strings.Contains(r.stderr, "cannot connect to NATS at tls://127.0.0.1:1") || !strings.Contains(r.stderr, "is $NATS_URL right") {
+		t.Errorf("NATS_URL over the context: exit %d\n%s", r.code, r.stderr)
+	}
+}
