@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relayd/relayd/internal/testenv"
 )
@@ -23,7 +25,11 @@ type binResult struct {
 // output.
 func runBin(t *testing.T, stdin string, args ...string) binResult {
 	t.Helper()
-	cmd := exec.Command(testenv.RelaydBin(t), args...)
+	// A guard against a hang (relayd run that should have stopped), not a
+	// timed assertion.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.RelaydBin(t), args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "NATS_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -35,6 +41,9 @@ func runBin(t *testing.T, stdin string, args ...string) binResult {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("relayd %q: still running after a minute, killed\n%s", args, errb.String())
+	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("relayd %q: %v", args, err)
