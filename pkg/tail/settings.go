@@ -61,8 +61,8 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // NATS_CREDS), the NATS context named by NATS_CONTEXT, the config file's
 // nats block (Flags.Config), tail's defaults. The result is checked as
 // check-config checks a nats block (the URL, the credentials and that they
-// go over TLS). getenv is os.Getenv in production. See docs/OPERATIONS.md
-// "relayd tail".
+// go over TLS). getenv is os.Getenv in production. See
+// docs/CONFIGURATION.md, "relayd tail".
 func Resolve(f *Flags, getenv func(string) string) (*Settings, error) {
 	set := func(name string) bool { return f.Set[name] }
 	if f.Replay && set("stream") {
