@@ -83,7 +83,7 @@ func statSources(t *testing.T, root string) {
 // The test binary itself has no failpoints tag.
 func TestVersionStringNamesFailpoints(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"version"}, &out, &errb); code != 0 {
+	if code := run([]string{"version"}, nil, &out, &errb); code != 0 {
 		t.Fatalf("version: exit %d: %s", code, errb.String())
 	}
 	if got, want := strings.TrimSpace(out.String()), version.String(); got != want || !strings.HasSuffix(got, ", failpoints=false)") {

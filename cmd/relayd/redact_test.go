@@ -42,7 +42,7 @@ func TestHostileURLsAreNeverShown(t *testing.T) {
 			} {
 				var out, errb bytes.Buffer
 				done := make(chan int, 1)
-				go func() { done <- run(args, &out, &errb) }()
+				go func() { done <- run(args, nil, &out, &errb) }()
 				var code int
 				select {
 				case code = <-done:

@@ -159,7 +159,7 @@ func startTail(args ...string) <-chan tailResult {
 	done := make(chan tailResult, 1)
 	go func() {
 		var out, errb bytes.Buffer
-		code := cmdTail(args, &out, &errb)
+		code := tailCommand(args, &out, &errb, noEnv)
 		done <- tailResult{code, out.String(), errb.String()}
 	}()
 	return done
@@ -363,24 +363,24 @@ func TestTailChecksItsSettings(t *testing.T) {
 func TestTailUsage(t *testing.T) {
 	for _, arg := range []string{"-h", "--help"} {
 		var out, errb bytes.Buffer
-		if code := cmdTail([]string{arg}, &out, &errb); code != 0 {
-			t.Errorf("tail %s: exit %d, want 0", arg, code)
+		if code := tailCommand([]string{arg}, &out, &errb, noEnv); code != 0 || errb.Len() > 0 {
+			t.Errorf("tail %s: exit %d, want 0 (stderr %q)", arg, code, errb.String())
 		}
-		for _, want := range []string{"Usage: relayd tail [-c config.yaml]", "-replay", "-config", "<prefix>.<cluster>.>"} {
-			if !strings.Contains(errb.String(), want) {
-				t.Errorf("tail %s: usage lacks %q:\n%s", arg, want, errb.String())
+		for _, want := range []string{"Usage: relayd tail [-c config.yaml]", "--replay", "-c, --config", "<prefix>.<cluster>.>", "NATS_CONTEXT"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("tail %s: usage lacks %q:\n%s", arg, want, out.String())
 			}
 		}
 	}
 	for _, args := range [][]string{{"--replay"}, {"-c", "x.yaml", "--replay", "--stream", "K8S"}, {"--frobnicate"}} {
 		var out, errb bytes.Buffer
-		if code := cmdTail(args, &out, &errb); code != 2 {
+		if code := tailCommand(args, &out, &errb, noEnv); code != 2 {
 			t.Errorf("tail %q: exit %d, want 2\n%s", args, code, errb.String())
 		}
 	}
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"run", "-h"}, {"check-config", "--help"}} {
 		var out, errb bytes.Buffer
-		if code := run(args, &out, &errb); code != 0 {
+		if code := run(args, nil, &out, &errb); code != 0 {
 			t.Errorf("relayd %q: exit %d, want 0\n%s", args, code, errb.String())
 		}
 		if out.Len()+errb.Len() == 0 {
@@ -389,69 +389,42 @@ func TestTailUsage(t *testing.T) {
 	}
 }
 
-// The settings `relayd tail` resolves: the config's nats block, with the
-// flags given explicitly on top.
-func TestTailSettings(t *testing.T) {
-	cfg := writeTailConfig(t, map[string]string{
-		"url": "tls://nats.example:4222", "nkeySeedFile": "/s/seed.nk", "tls.caFile": "/s/ca.crt",
-		"jsDomain": "hub", "inboxPrefix": "_INBOX_x",
-	})
-	defaults := tailFlags{server: "nats://127.0.0.1:4222", subject: "k8s.>"}
-	with := func(f tailFlags, set ...string) *tailFlags {
-		f.set = map[string]bool{}
-		for _, s := range set {
-			f.set[s] = true
-		}
-		return &f
-	}
+// noEnv is an empty environment: the tests of cmd/relayd do not depend on
+// the NATS_* variables of whoever runs them.
+func noEnv(string) string { return "" }
 
-	s, _, err := tailSettingsOf(with(tailFlags{config: cfg, server: defaults.server, subject: defaults.subject}, "c"))
-	if err != nil {
+// NATS_CONTEXT: relayd tail connects with a nats CLI context (URL, NKey
+// seed, CA, client certificate, JetStream domain, inbox prefix) to the
+// production-like NATS, which refuses anything else; NATS_URL then
+// overrides the context's url, and the failure names it.
+func TestTailWithNATSContext(t *testing.T) {
+	e := startTailEnv(t)
+	e.publish(t, "a", "11")
+	xdg := t.TempDir()
+	ctxFile := filepath.Join(xdg, "nats", "context", "prod.json")
+	if err := os.MkdirAll(filepath.Dir(ctxFile), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if s.nats.URL != "tls://nats.example:4222" || s.nats.NkeySeedFile != "/s/seed.nk" || s.nats.TLS.CAFile != "/s/ca.crt" ||
-		s.nats.JSDomain != "hub" || s.nats.InboxPrefix != "_INBOX_x" || s.subject != "k8s.dev.>" || s.stream != "" {
-		t.Errorf("config only: %+v, subject %q, stream %q", *s.nats, s.subject, s.stream)
-	}
-
-	f := tailFlags{config: cfg, server: "nats://other:4222", subject: "k8s.dev.cms.>", creds: "/s/user.creds", replay: true}
-	s, _, err = tailSettingsOf(with(f, "config", "server", "subject", "creds", "replay"))
-	if err != nil {
+	doc := fmt.Sprintf(`{"description": "test", "url": %q, "nkey": %q, "ca": %q, "cert": %q, "key": %q,
+		"jetstream_domain": "hub", "inbox_prefix": "_INBOX_tail", "token": "unused", "color_scheme": "dark"}`,
+		e.nats.URL(), e.tailSeed, e.pki.CAFile, e.pki.ClientCertFile, e.pki.ClientKeyFile)
+	if err := os.WriteFile(ctxFile, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if s.nats.URL != "nats://other:4222" || s.nats.CredentialsFile != "/s/user.creds" || s.nats.NkeySeedFile != "" ||
-		s.nats.TLS.CAFile != "/s/ca.crt" || s.nats.JSDomain != "hub" || s.subject != "k8s.dev.cms.>" || s.stream != "K8S" {
-		t.Errorf("overridden: %+v, subject %q, stream %q", *s.nats, s.subject, s.stream)
+	env := map[string]string{"XDG_CONFIG_HOME": xdg, "NATS_CONTEXT": "prod"}
+	getenv := func(k string) string { return env[k] }
+	run := func(args ...string) tailResult {
+		var out, errb bytes.Buffer
+		code := tailCommand(args, &out, &errb, getenv)
+		return tailResult{code, out.String(), errb.String()}
 	}
-	if got := s.rename("nats.credentialsFile: x; check nats.url"); got != "--creds: x; check --server" {
-		t.Errorf("rename: %q", got)
+	r := run("--stream", "K8S", "--subject", "k8s.dev.>", "--count", "1")
+	if r.code != 0 || !strings.Contains(r.out, "ns/a") || !strings.Contains(r.stderr, "relayd tail: warning: context prod: token ignored") {
+		t.Errorf("with NATS_CONTEXT: exit %d\nstdout: %s\nstderr: %s", r.code, r.out, r.stderr)
 	}
-
-	// Credentials over the default nats:// URL: refused, unless
-	// --allow-plaintext-credentials accepts them.
-	_, code, err := tailSettingsOf(with(tailFlags{server: defaults.server, subject: defaults.subject, creds: "/c"}, "creds"))
-	if want := `--server: "nats://127.0.0.1:4222" is not TLS, so --creds would authenticate an unencrypted connection (use tls:// or wss://, or a nats.tls key; or set --allow-plaintext-credentials to accept that)`; code != 2 || err == nil || err.Error() != want {
-		t.Errorf("no config, --creds over nats://: exit %d, %v\nwant exit 2, %s", code, err, want)
-	}
-	s, _, err = tailSettingsOf(with(tailFlags{server: defaults.server, subject: defaults.subject, creds: "/c", allowPlaintext: true}, "creds", "allow-plaintext-credentials"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.nats.URL != defaults.server || s.nats.CredentialsFile != "/c" || !s.nats.AllowPlaintextCredentials || s.nats.TLS.Enabled() || s.subject != "k8s.>" {
-		t.Errorf("no config: %+v, subject %q", *s.nats, s.subject)
-	}
-
-	// The config's credentials (over tls:// there, without a nats.tls key)
-	// and a --server without TLS: refused, naming the flag and the
-	// config's key. (With the first config's nats.tls, nats:// is TLS.)
-	tlsURLOnly := writeTailConfig(t, map[string]string{"url": "tls://nats.example:4222", "nkeySeedFile": "/s/seed.nk"})
-	_, code, err = tailSettingsOf(with(tailFlags{config: tlsURLOnly, server: "nats://other:4222", subject: defaults.subject}, "config", "server"))
-	if want := `--server: "nats://other:4222" is not TLS, so nats.nkeySeedFile would authenticate`; code != 2 || err == nil || !strings.HasPrefix(err.Error(), want) {
-		t.Errorf("config, --server nats://: exit %d, %v\nwant exit 2, %s…", code, err, want)
-	}
-	// A URL with credentials in --server: refused, redacted.
-	_, code, err = tailSettingsOf(with(tailFlags{server: "nats://u:s3cret@h:4222", subject: defaults.subject}, "server"))
-	if want := `--server: "nats://xxxxx@h:4222" holds credentials`; code != 2 || err == nil || !strings.HasPrefix(err.Error(), want) {
-		t.Errorf("--server with credentials: exit %d, %v\nwant exit 2, %s…", code, err, want)
+	env["NATS_URL"] = "tls://127.0.0.1:1"
+	r = run("--stream", "K8S", "--count", "1")
+	if r.code != 1 || !strings.Contains(r.stderr, "cannot connect to NATS at tls://127.0.0.1:1") || !strings.Contains(r.stderr, "is $NATS_URL right") {
+		t.Errorf("NATS_URL over the context: exit %d\n%s", r.code, r.stderr)
 	}
 }

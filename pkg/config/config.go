@@ -93,8 +93,8 @@ type NATS struct {
 	MaxInFlight int `yaml:"maxInFlight"`
 	// MaxInFlightBytes bounds the bytes of unacknowledged publishes of the
 	// whole process; MaxInFlightBytesPerWatch those of one watch.
-	MaxInFlightBytes         int `yaml:"maxInFlightBytes"`
-	MaxInFlightBytesPerWatch int `yaml:"maxInFlightBytesPerWatch"`
+	MaxInFlightBytes         Size `yaml:"maxInFlightBytes"`
+	MaxInFlightBytesPerWatch Size `yaml:"maxInFlightBytesPerWatch"`
 	// Stream describes the JetStream stream events are published to.
 	Stream Stream `yaml:"stream" schema:"required"`
 	// Index configures the key-value bucket that persists the object index
@@ -167,7 +167,7 @@ type Stream struct {
 	// meanwhile (the stream's first sequence moves past its position).
 	MaxAge Duration `yaml:"maxAge"`
 	// MaxBytes is the maximum stream size in bytes; -1 means unlimited.
-	MaxBytes int64 `yaml:"maxBytes"`
+	MaxBytes Size `yaml:"maxBytes"`
 }
 
 // CloudEvents configures the CloudEvents encoding.
@@ -202,7 +202,7 @@ type Watch struct {
 	// frame or LIST item over it fails the watch (restarted with backoff),
 	// and a LIST page is read up to it (plus 64 KiB) and asked for again
 	// with fewer items when it is larger.
-	MaxObjectBytes int `yaml:"maxObjectBytes"`
+	MaxObjectBytes Size `yaml:"maxObjectBytes"`
 }
 
 // Backoff is an exponential backoff with jitter.
@@ -520,7 +520,7 @@ func setString(p *string, def string) {
 	}
 }
 
-func setInt(p *int, def int) {
+func setInt[T int | Size](p *T, def T) {
 	if *p == 0 {
 		*p = def
 	}

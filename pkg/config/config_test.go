@@ -572,15 +572,15 @@ func TestValidateMore(t *testing.T) {
 	}{
 		{"explicit zero jitter", base + src + "watch: {relistBackoff: {jitter: 0}}\n", ""},
 		{"in-flight bytes", "cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}, maxInFlightBytes: 1000}\n" + src,
-			"x:2: nats.maxInFlightBytes: must be between 1048576 and 1099511627776, got 1000\n" +
+			"x:2: nats.maxInFlightBytes: must be between 1048576 (1Mi) and 1099511627776 (1Ti), got 1000\n" +
 				"x:2: nats.maxInFlightBytesPerWatch: must not exceed nats.maxInFlightBytes (1000), got 16777216"},
 		{"in-flight bytes per watch over the process's", "cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}, maxInFlightBytesPerWatch: 67108864}\n" + src,
 			"x:2: nats.maxInFlightBytesPerWatch: must not exceed nats.maxInFlightBytes (50331648), got 67108864"},
 		{"in-flight bytes raised together", "cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}, maxInFlightBytes: 134217728, maxInFlightBytesPerWatch: 67108864}\n" + src, ""},
 		{"object bound", base + src + "watch: {maxObjectBytes: 1000}\n",
-			"x:4: watch.maxObjectBytes: must be between 1048576 and 1099511627776, got 1000"},
+			"x:4: watch.maxObjectBytes: must be between 1048576 (1Mi) and 1099511627776 (1Ti), got 1000"},
 		{"negative object bound", base + src + "watch: {maxObjectBytes: -1}\n",
-			"x:4: watch.maxObjectBytes: must be between 1048576 and 1099511627776, got -1"},
+			"x:4: watch.maxObjectBytes: must be between 1048576 (1Mi) and 1099511627776 (1Ti), got -1"},
 		{"object bound raised", base + src + "watch: {maxObjectBytes: 268435456}\n", ""},
 		{"timeout fraction", base + src + "watch: {timeout: 90500ms}\n",
 			"x:4: watch.timeout: must be a whole number of seconds, got 1m30.5s"},

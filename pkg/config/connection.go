@@ -86,13 +86,14 @@ func (n *NATS) ValidateConnection() error {
 
 // Warnings are what Validate accepts but relayd reports when it starts
 // and check-config prints: credentials on a connection that is not TLS,
-// accepted by nats.allowPlaintextCredentials. Each carries the file and
-// line as a problem does.
+// accepted by nats.allowPlaintextCredentials; file settings given as
+// relative paths. Each carries the file and line as a problem does.
 func (c *Config) Warnings() []Problem {
 	var ws []Problem
 	if s := c.NATS.PlaintextCredentials(); s != "" && c.NATS.AllowPlaintextCredentials {
 		ws = append(ws, Problem{Path: "nats.allowPlaintextCredentials", Message: s})
 	}
+	ws = append(ws, c.relativeFiles()...)
 	for i := range ws {
 		c.origin.annotate(&ws[i])
 	}

@@ -412,6 +412,12 @@ func unknownKeyMessage(key string, known []string) string {
 	return "unknown key (valid keys: " + strings.Join(known, ", ") + ")"
 }
 
+// Suggest returns the element of known closest to word (ignoring case,
+// within an edit distance of 2, 1 for words of up to 4 letters), or "":
+// the "did you mean" of unknown keys, and of kinds no apiserver serves
+// (pkg/source).
+func Suggest(word string, known []string) string { return suggest(word, known) }
+
 func suggest(key string, known []string) string {
 	lk := strings.ToLower(key)
 	best, bestDist := "", 0

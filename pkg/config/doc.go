@@ -12,7 +12,13 @@
 //
 // Durations are strings in Go syntax: "500ms", "30s", "5m", "1h30m". A bare
 // number has no unit and is rejected (except 0). Integers must be written
-// as integers (1.5 is not truncated to 1).
+// as integers (1.5 is not truncated to 1). Sizes (the keys ending in Bytes)
+// are an integer number of bytes or a Kubernetes quantity string: "64Mi",
+// "1Gi", "1.5Ki", "500M" (Size); a quantity must be a whole number of bytes.
+// Size and Duration describe themselves to a JSON Schema (JSONSchema).
+//
+// Keys ending in File are paths; a relative one is read from relayd's
+// working directory (in a pod, the image's), so Warnings reports it.
 //
 // A key that is left out, set to null, or set to its zero value (0, "",
 // 0s, an empty list) takes its default. The one exception is
@@ -67,10 +73,10 @@
 //   - name (default "relayd"): client connection name.
 //   - publishTimeout (default 10s, > 0): wait for one PubAck.
 //   - maxInFlight (default 256, 1..65536): unacknowledged publishes per watch.
-//   - maxInFlightBytes (default 50331648 = 48 MiB, 1 MiB..1 TiB): bytes of
+//   - maxInFlightBytes (default 50331648 = 48Mi, 1Mi..1Ti, a size): bytes of
 //     unacknowledged publishes of the whole process; also sizes the NATS
 //     client's reconnect buffer.
-//   - maxInFlightBytesPerWatch (default 16777216 = 16 MiB, 1 MiB..
+//   - maxInFlightBytesPerWatch (default 16777216 = 16Mi, a size, 1Mi..
 //     maxInFlightBytes): the same per watch, so that one busy source cannot
 //     take the whole process's share. A message larger than a bound is
 //     published alone.
@@ -91,7 +97,7 @@
 //     down longer misses the messages that expired meanwhile (the stream's
 //     first sequence tells it so). For no age limit, create the stream
 //     yourself: relayd leaves an existing stream's limits alone.
-//   - stream.maxBytes (default -1 = unlimited; -1, 0 or positive, where 0
+//   - stream.maxBytes (a size; default -1 = unlimited; -1, 0 or positive, where 0
 //     means the default).
 //   - index.bucket (default "relayd-index-<cluster>"): the JetStream
 //     key-value bucket that persists the object index (uid →
@@ -147,7 +153,7 @@
 //     jitter between failed watches and relists.
 //   - pageSize (default 500, 1..10000): page size of the paginated LIST
 //     used when the server does not support streaming lists.
-//   - maxObjectBytes (default 67108864 = 64 MiB, 1 MiB..1 TiB): the most
+//   - maxObjectBytes (default 67108864 = 64Mi, 1Mi..1Ti, a size): the most
 //     relayd reads of one watch frame or LIST item. One over it (a broken
 //     apiserver or proxy, or an object larger than the bound) fails that
 //     watch with an error naming the source, the resource and the bytes

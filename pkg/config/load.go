@@ -151,10 +151,23 @@ func withSource(ps []Problem, source string) *ValidationError {
 //
 // It returns false if any file failed (the command then exits 1).
 func CheckFiles(w io.Writer, paths ...string) bool {
+	return Check(w, nil, paths...)
+}
+
+// StdinName is the path that names standard input in Check, and the
+// source its problems name.
+const StdinName = "-"
+
+// Check is CheckFiles where the path "-" (StdinName) reads the config from
+// stdin (`relayd check-config -c -`); its problems name it "<stdin>".
+func Check(w io.Writer, stdin io.Reader, paths ...string) bool {
 	ok := true
 	for _, path := range paths {
+		cfg, err := checkFile(path, stdin)
+		if path == StdinName {
+			path = stdinSource
+		}
 		fmt.Fprintf(w, "Checking %s\n", path)
-		cfg, err := checkFile(path)
 		if err == nil {
 			fmt.Fprintln(w, "  SUCCESS")
 			for _, p := range cfg.Warnings() {
@@ -164,22 +177,40 @@ func CheckFiles(w io.Writer, paths ...string) bool {
 		}
 		ok = false
 		fmt.Fprintln(w, "  FAILED:")
-		var lines []string
-		if ve, isVE := err.(*ValidationError); isVE {
-			for _, p := range ve.Problems {
-				lines = append(lines, p.Error())
-			}
-		} else {
-			lines = strings.Split(err.Error(), "\n")
-		}
-		for _, l := range lines {
+		for _, l := range ProblemLines(err) {
 			fmt.Fprintf(w, "    %s\n", l)
 		}
 	}
 	return ok
 }
 
-func checkFile(path string) (*Config, error) {
+// ProblemLines is err as lines: one per problem of a *ValidationError
+// ("source:line: path: message"), else the lines of its message.
+func ProblemLines(err error) []string {
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		lines := make([]string, 0, len(ve.Problems))
+		for _, p := range ve.Problems {
+			lines = append(lines, p.Error())
+		}
+		return lines
+	}
+	return strings.Split(err.Error(), "\n")
+}
+
+const stdinSource = "<stdin>"
+
+func checkFile(path string, stdin io.Reader) (*Config, error) {
+	if path == StdinName {
+		if stdin == nil {
+			return nil, errors.New("no standard input to read the config from")
+		}
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading standard input: %w", err)
+		}
+		return Parse(data, stdinSource)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

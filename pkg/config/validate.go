@@ -174,8 +174,8 @@ func (v *validator) nats(n *NATS) {
 	v.natsConnection(n)
 	v.positive("nats.publishTimeout", n.PublishTimeout)
 	v.intRange("nats.maxInFlight", n.MaxInFlight, 1, 65536)
-	v.intRange("nats.maxInFlightBytes", n.MaxInFlightBytes, 1<<20, 1<<40)
-	v.intRange("nats.maxInFlightBytesPerWatch", n.MaxInFlightBytesPerWatch, 1<<20, 1<<40)
+	v.sizeRange("nats.maxInFlightBytes", n.MaxInFlightBytes, 1<<20, 1<<40)
+	v.sizeRange("nats.maxInFlightBytesPerWatch", n.MaxInFlightBytesPerWatch, 1<<20, 1<<40)
 	if n.MaxInFlightBytesPerWatch > n.MaxInFlightBytes {
 		v.add("nats.maxInFlightBytesPerWatch", "must not exceed nats.maxInFlightBytes (%d), got %d", n.MaxInFlightBytes, n.MaxInFlightBytesPerWatch)
 	}
@@ -299,7 +299,7 @@ func (v *validator) watch(w *Watch) {
 		v.add("watch.relistBackoff.jitter", "must be between 0 and 1, got %v", j)
 	}
 	v.intRange("watch.pageSize", w.PageSize, 1, 10000)
-	v.intRange("watch.maxObjectBytes", w.MaxObjectBytes, 1<<20, 1<<40)
+	v.sizeRange("watch.maxObjectBytes", w.MaxObjectBytes, 1<<20, 1<<40)
 }
 
 func (v *validator) sources(srcs []Source) {
@@ -523,6 +523,18 @@ func (v *validator) positive(path string, d Duration) {
 func (v *validator) intRange(path string, n, lo, hi int) {
 	if n < lo || n > hi {
 		v.add(path, "must be between %d and %d, got %d", lo, hi, n)
+	}
+}
+
+// sizeRange is intRange for a Size; the message shows the bytes (and the
+// quantity that a "64Mi" was).
+func (v *validator) sizeRange(path string, n, lo, hi Size) {
+	if n < lo || n > hi {
+		got := fmt.Sprint(int64(n))
+		if q := n.String(); q != got {
+			got += " (" + q + ")"
+		}
+		v.add(path, "must be between %d (%s) and %d (%s), got %s", lo, lo, hi, hi, got)
 	}
 }
 

@@ -198,7 +198,7 @@ func newRelay(o Options) (*relay, error) {
 		// at most the in-flight byte bound, plus requests (stream checks,
 		// reads) made meanwhile. A publish that does not fit fails and is
 		// retried, never lost.
-		Extra: []nats.Option{nats.ReconnectBufSize(r.cfg.NATS.MaxInFlightBytes + 4<<20)},
+		Extra: []nats.Option{nats.ReconnectBufSize(int(r.cfg.NATS.MaxInFlightBytes) + 4<<20)},
 	})
 	if err != nil {
 		return nil, err
@@ -416,7 +416,7 @@ func (r *relay) keepStream(ctx context.Context) {
 	want := stream.Want{
 		Name: s.Name, Subject: r.cfg.StreamSubject(), Create: s.Create,
 		DuplicateWindow: s.DuplicateWindow.Duration(), Replicas: s.Replicas, Storage: storage,
-		MaxAge: s.MaxAge.Duration(), MaxBytes: s.MaxBytes,
+		MaxAge: s.MaxAge.Duration(), MaxBytes: int64(s.MaxBytes),
 	}
 	stream.Keep(ctx, r.js, want, r.log, func(reason string) {
 		r.ready.Set(condStream, prefixed("stream not usable: ", reason))

@@ -17,13 +17,17 @@ import (
 
 // Resolve turns a source's apiVersion+kind or group/version/resource into
 // a served, watchable resource, using discovery for that group/version only.
+// A kind (or resource) that is not served is reported with the nearest one
+// that is: in that group/version, else in the preferred version of any
+// group ("kind Deploymnet is not served in apps/v1; did you mean
+// Deployment?").
 func Resolve(disco discovery.DiscoveryInterface, src *config.Source) (event.Resource, error) {
 	group, version := src.GroupVersion()
 	gv := schema.GroupVersion{Group: group, Version: version}.String()
 	list, err := disco.ServerResourcesForGroupVersion(gv)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return event.Resource{}, fmt.Errorf("apiVersion %s is not served by the apiserver (is its CRD or API service installed?)", gv)
+			return event.Resource{}, fmt.Errorf("apiVersion %s is not served by the apiserver (is its CRD or API service installed?)%s", gv, elsewhere(disco, src, gv))
 		}
 		return event.Resource{}, fmt.Errorf("discovery of %s: %w", gv, err)
 	}
@@ -53,7 +57,11 @@ func Resolve(disco discovery.DiscoveryInterface, src *config.Source) (event.Reso
 	}
 	switch len(matches) {
 	case 0:
-		return event.Resource{}, fmt.Errorf("%s is not served in %s (served: %s)", what, gv, strings.Join(served, ", "))
+		hint := elsewhere(disco, src, gv)
+		if s := config.Suggest(name(src), served); s != "" {
+			hint = fmt.Sprintf("; did you mean %s?", s)
+		}
+		return event.Resource{}, fmt.Errorf("%s is not served in %s%s (served: %s)", what, gv, hint, strings.Join(served, ", "))
 	case 1:
 	default:
 		names := make([]string, len(matches))
@@ -70,4 +78,44 @@ func Resolve(disco discovery.DiscoveryInterface, src *config.Source) (event.Reso
 		return event.Resource{}, fmt.Errorf("%s in %s is cluster-scoped, but namespaces are set", what, gv)
 	}
 	return event.Resource{Group: group, Version: version, Resource: r.Name, Kind: r.Kind, Namespaced: r.Namespaced}, nil
+}
+
+// name is the kind, or the resource, that src names.
+func name(src *config.Source) string {
+	if src.Resource != nil {
+		return src.Resource.Resource
+	}
+	return src.Kind
+}
+
+// elsewhere says where else a kind like src's is served, e.g. "; did you
+// mean Deployment in apps/v1?", or returns "". It asks discovery for the
+// preferred version of every group (a partial answer will do: an
+// aggregated API that is down leaves its groups out).
+func elsewhere(disco discovery.DiscoveryInterface, src *config.Source, notIn string) string {
+	if src.Resource != nil {
+		return ""
+	}
+	lists, _ := disco.ServerPreferredResources()
+	var kinds []string
+	where := map[string][]string{}
+	for _, l := range lists {
+		if l == nil || l.GroupVersion == notIn {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if strings.Contains(r.Name, "/") {
+				continue
+			}
+			if _, ok := where[r.Kind]; !ok {
+				kinds = append(kinds, r.Kind)
+			}
+			where[r.Kind] = append(where[r.Kind], l.GroupVersion)
+		}
+	}
+	s := config.Suggest(src.Kind, kinds)
+	if s == "" {
+		return ""
+	}
+	return fmt.Sprintf("; did you mean %s in %s?", s, strings.Join(where[s], " or "))
 }

@@ -30,8 +30,16 @@ func TestResolveAgainstRealDiscovery(t *testing.T) {
 		{"group kind", config.Source{APIVersion: "apps/v1", Kind: "Deployment"}, "", "deployments", true},
 		{"cluster-scoped", config.Source{APIVersion: "v1", Kind: "Namespace"}, "", "namespaces", false},
 		{"by resource", config.Source{Resource: &config.Resource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}}, "", "roles", true},
-		{"unknown kind", config.Source{APIVersion: "v1", Kind: "Nope"}, "kind Nope is not served in v1 (served: ", "", false},
+		{"unknown kind", config.Source{APIVersion: "v1", Kind: "Frobnicator"}, "kind Frobnicator is not served in v1 (served: ", "", false},
 		{"unknown group", config.Source{APIVersion: "example.org/v9", Kind: "Thing"}, "apiVersion example.org/v9 is not served by the apiserver (is its CRD or API service installed?)", "", false},
+		// Misspelled kinds: the nearest served kind, in the same
+		// group/version or another group's.
+		{"misspelled group kind", config.Source{APIVersion: "apps/v1", Kind: "Deploymnet"}, "kind Deploymnet is not served in apps/v1; did you mean Deployment? (served: ", "", false},
+		{"misspelled core kind", config.Source{APIVersion: "v1", Kind: "ConfigMpa"}, "kind ConfigMpa is not served in v1; did you mean ConfigMap? (served: ", "", false},
+		{"kind of another group", config.Source{APIVersion: "v1", Kind: "Deployment"}, "kind Deployment is not served in v1; did you mean Deployment in apps/v1? (served: ", "", false},
+		{"misspelled kind in an unknown group", config.Source{APIVersion: "example.org/v1", Kind: "Deploymnet"},
+			"apiVersion example.org/v1 is not served by the apiserver (is its CRD or API service installed?); did you mean Deployment in apps/v1?", "", false},
+		{"misspelled resource", config.Source{Resource: &config.Resource{Group: "apps", Version: "v1", Resource: "deploymnets"}}, "resource deploymnets is not served in apps/v1; did you mean deployments? (served: ", "", false},
 		{"not watchable", config.Source{APIVersion: "v1", Kind: "Binding"}, "kind Binding in v1 cannot be watched (verbs: create)", "", false},
 		{"namespaces on cluster kind", config.Source{APIVersion: "v1", Kind: "Node", Namespaces: []string{"a"}}, "kind Node in v1 is cluster-scoped, but namespaces are set", "", false},
 	}

@@ -9,6 +9,10 @@
 // configured JetStream domain). A failed first connection is a
 // *ConnectError, whose message never shows the credentials a URL may hold
 // (config.RedactURL, config.RedactError).
+//
+// Resolve (settings.go) combines tail's flags, the nats CLI's environment
+// (NATS_URL, NATS_CREDS, NATS_CONTEXT) and the config file into the
+// settings Run connects with; docs/CONFIGURATION.md, "relayd tail".
 package tail
 
 import (

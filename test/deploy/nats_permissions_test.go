@@ -248,7 +248,7 @@ func wantStream(b *bundle) stream.Want {
 	return stream.Want{
 		Name: s.Name, Subject: b.cfg.StreamSubject(), Create: s.Create,
 		DuplicateWindow: s.DuplicateWindow.Duration(), Replicas: s.Replicas, Storage: storage,
-		MaxAge: s.MaxAge.Duration(), MaxBytes: s.MaxBytes,
+		MaxAge: s.MaxAge.Duration(), MaxBytes: int64(s.MaxBytes),
 	}
 }
 
