@@ -51,19 +51,3 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func (d Duration) MarshalYAML() (any, error) {
 	return d.String(), nil
 }
-
-// durationPattern is the form time.ParseDuration accepts: a sign, then
-// one or more decimal numbers each with a unit; or "0".
-const durationPattern = `^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
-
-// JSONSchema is the JSON Schema of a Duration: a Go duration string, or
-// the number 0.
-func (Duration) JSONSchema() map[string]any {
-	return map[string]any{
-		"anyOf": []any{
-			map[string]any{"type": "string", "pattern": durationPattern},
-			map[string]any{"type": "integer", "const": 0},
-		},
-		"description": `a Go duration such as "500ms", "30s", "5m" or "1h30m"`,
-	}
-}

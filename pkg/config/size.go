@@ -108,13 +108,12 @@ func abs(n int) int {
 func (s Size) MarshalYAML() (any, error) { return int64(s), nil }
 
 // JSONSchema is the JSON Schema of a Size: an integer (-1 where the
-// setting allows it), or a quantity string.
-func (Size) JSONSchema() map[string]any {
-	return map[string]any{
-		"anyOf": []any{
-			map[string]any{"type": "integer", "minimum": -1},
-			map[string]any{"type": "string", "pattern": sizeQuantity},
-		},
-		"description": `bytes: an integer, or a Kubernetes quantity such as "64Mi", "1Gi" or "500M"`,
+// setting allows it), or a quantity string (pattern applies to strings
+// only, minimum to numbers only).
+func (Size) JSONSchema() *JSONSchema {
+	minusOne := -1.0
+	return &JSONSchema{
+		Description: `Bytes: an integer, or a Kubernetes quantity such as "64Mi", "1Gi" or "500M".`,
+		Type:        []string{"integer", "string"}, Pattern: sizeQuantity, Minimum: &minusOne,
 	}
 }
