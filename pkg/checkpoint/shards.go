@@ -1,8 +1,14 @@
 package checkpoint
 
 import (
+	"fmt"
 	"hash/fnv"
+	"net/http"
 	"strconv"
+	"time"
+
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 )
 
 // DefaultWatchesPerConfigMap is how many watch keys relayd plans per
@@ -53,4 +59,29 @@ func ShardOf(key string, shards int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
 	return int(h.Sum32() % uint32(shards))
+}
+
+// NewClient is the checkpoint's own client for [Options.Client]: cfg and
+// httpc with a client-side rate limiter of its own, [QPS] (burst twice
+// that).
+func NewClient(cfg *rest.Config, httpc *http.Client, shards int, flushInterval time.Duration) (corev1client.ConfigMapsGetter, error) {
+	c := rest.CopyConfig(cfg)
+	qps := QPS(shards, flushInterval)
+	c.QPS, c.Burst, c.RateLimiter = float32(qps), int(2*qps), nil
+	cs, err := corev1client.NewForConfigAndClient(c, httpc)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: kubernetes client: %w", err)
+	}
+	return cs, nil
+}
+
+// QPS is the client-side rate limit of the checkpoint's own client
+// ([NewClient]): a Flush gets and updates each of the shards
+// ConfigMaps, a conflict retries, and Load adds a dry-run update each; four
+// requests per ConfigMap per flushInterval, and never less than 10/s. The
+// checkpoint must not share a limiter with lists and watches: at 10,000
+// watches their start holds a shared one for minutes, and every checkpoint
+// write of that time would fail (docs/OPERATIONS.md, "Apiserver load").
+func QPS(shards int, flushInterval time.Duration) float64 {
+	return max(10, 4*float64(max(1, shards))/flushInterval.Seconds())
 }

@@ -226,8 +226,9 @@ func TestGoodMinimalDefaults(t *testing.T) {
 		},
 		CloudEvents: CloudEvents{Mode: ModeStructured},
 		Checkpoint: Checkpoint{
-			Name:          "relayd-checkpoint",
-			FlushInterval: Duration(5 * time.Second),
+			Name:                "relayd-checkpoint",
+			FlushInterval:       Duration(5 * time.Second),
+			WatchesPerConfigMap: 1000,
 		},
 		Watch: Watch{
 			Timeout:     Duration(5 * time.Minute),
