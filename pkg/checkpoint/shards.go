@@ -12,14 +12,12 @@ import (
 )
 
 // DefaultWatchesPerConfigMap is how many watch keys relayd plans per
-// checkpoint ConfigMap (config checkpoint.watchesPerConfigMap): about
-// 181 KB at the measured 181 bytes per key, a sixth of the apiserver's
-// 1 MiB object limit, so that long keys, an uneven hash and a few
-// older-layout keys still fit (docs/OPERATIONS.md, "Checkpoint ConfigMap").
-const DefaultWatchesPerConfigMap = 1000
-
-// MaxConfigMapBytes is the apiserver's limit on the data of one ConfigMap.
-const MaxConfigMapBytes = 1 << 20
+// checkpoint ConfigMap (config checkpoint.watchesPerConfigMap): about 92 KB
+// at the measured 185 bytes per key, under a tenth of the apiserver's 1 MiB
+// object limit, so that the longest keys and an uneven hash still fit, and
+// a flush that changed one key rewrites 92 KB, not the whole checkpoint
+// (docs/OPERATIONS.md, "Checkpoint ConfigMap").
+const DefaultWatchesPerConfigMap = 500
 
 // ShardCount is the number of checkpoint ConfigMaps for a configuration of
 // watches keys at perConfigMap keys each: at least one.

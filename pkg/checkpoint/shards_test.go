@@ -197,7 +197,7 @@ func TestOlderSingleConfigMapLayoutIsReadAndMoved(t *testing.T) {
 }
 
 func TestShardNamesAndCount(t *testing.T) {
-	for _, c := range []struct{ watches, per, want int }{{0, 1000, 1}, {1, 1000, 1}, {1000, 1000, 1}, {1001, 1000, 2}, {10000, 1000, 10}, {300, 100, 3}} {
+	for _, c := range []struct{ watches, per, want int }{{0, 1000, 1}, {1, 1000, 1}, {1000, 1000, 1}, {1001, 1000, 2}, {10000, 1000, 10}, {10000, DefaultWatchesPerConfigMap, 20}, {300, 100, 3}} {
 		if got := ShardCount(c.watches, c.per); got != c.want {
 			t.Errorf("ShardCount(%d, %d) = %d, want %d", c.watches, c.per, got, c.want)
 		}

@@ -411,7 +411,7 @@ const (
 	DefaultCheckpointNamespace = "default"
 	DefaultCheckpointName      = "relayd-checkpoint"
 	// DefaultWatchesPerConfigMap is pkg/checkpoint.DefaultWatchesPerConfigMap.
-	DefaultWatchesPerConfigMap = 1000
+	DefaultWatchesPerConfigMap = 500
 	// MaxWatchesPerConfigMap keeps one checkpoint ConfigMap under the
 	// apiserver's 1 MiB even with the longest keys (docs/OPERATIONS.md,
 	// "Checkpoint ConfigMap").

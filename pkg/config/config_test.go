@@ -228,7 +228,7 @@ func TestGoodMinimalDefaults(t *testing.T) {
 		Checkpoint: Checkpoint{
 			Name:                "relayd-checkpoint",
 			FlushInterval:       Duration(5 * time.Second),
-			WatchesPerConfigMap: 1000,
+			WatchesPerConfigMap: 500,
 		},
 		Watch: Watch{
 			Timeout:     Duration(5 * time.Minute),

@@ -29,12 +29,12 @@ the checkpoint ConfigMap <release>-checkpoint, the Leases
 {{- end -}}
 {{- /*
 The checkpoint ConfigMaps, space-separated: <name>, <name>-1, … — one per
-checkpoint.watchesPerConfigMap (default 1000) watches, a watch being a
+checkpoint.watchesPerConfigMap (default 500) watches, a watch being a
 namespace of a source or a source without namespaces. relayd computes the
 same (pkg/config Config.CheckpointShards, pkg/checkpoint ShardNames).
 */}}
 {{- define "relayd.checkpointNames" -}}
-{{- $per := int ((.Values.config.checkpoint | default dict).watchesPerConfigMap | default 1000) -}}
+{{- $per := int ((.Values.config.checkpoint | default dict).watchesPerConfigMap | default 500) -}}
 {{- $watches := 0 -}}
 {{- range .Values.config.sources }}{{ $watches = add $watches (max 1 (len (.namespaces | default list))) }}{{ end -}}
 {{- $name := include "relayd.checkpointName" . -}}
