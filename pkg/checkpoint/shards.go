@@ -79,7 +79,7 @@ func NewClient(cfg *rest.Config, httpc *http.Client, shards int, flushInterval t
 // requests per ConfigMap per flushInterval, and never less than 10/s. The
 // checkpoint must not share a limiter with lists and watches: at 10,000
 // watches their start holds a shared one for minutes, and every checkpoint
-// write of that time would fail (docs/OPERATIONS.md, "Apiserver load").
+// write of that time would fail (docs/OPERATIONS.md, "Client-side rate limits").
 func QPS(shards int, flushInterval time.Duration) float64 {
 	return max(10, 4*float64(max(1, shards))/flushInterval.Seconds())
 }

@@ -345,7 +345,7 @@ func (r *relay) connectKube() error {
 	r.disco = cs.Discovery()
 	// The Leases and the checkpoint get a client (and rate limiter) each, so
 	// that they never queue behind the discovery of thousands of watches
-	// (docs/OPERATIONS.md, "Apiserver load").
+	// (docs/OPERATIONS.md, "Client-side rate limits").
 	lc := rest.CopyConfig(cfg)
 	sh := r.cfg.Sharding
 	lc.QPS = float32(max(20, 4*float64(len(r.cfg.Sources))/sh.RetryPeriod.Duration().Seconds()))
