@@ -118,10 +118,11 @@ type Options struct {
 
 // Metrics is what the store reports; pkg/relay implements it with Prometheus.
 type Metrics interface {
-	// CheckpointWrite is called once per write of the ConfigMap that a Flush
-	// (or a Run tick) attempted, after conflicts were retried: err is nil when
-	// the update was stored, else the final error. A flush with nothing to
-	// write reports nothing.
+	// CheckpointWrite is called once per write of a checkpoint ConfigMap
+	// that a Flush (or a Run tick) attempted, after conflicts were retried:
+	// err is nil when the update was stored, else the final error. A flush
+	// with nothing to write reports nothing; one that changed keys of three
+	// ConfigMaps reports three writes.
 	CheckpointWrite(err error)
 	// CheckpointPersisted is called for each key whose position became
 	// durable at time at.
