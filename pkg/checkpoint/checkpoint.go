@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -89,9 +92,14 @@ type IndexRef struct {
 type Options struct {
 	// Client reaches the ConfigMap; relayd needs "get" and "update" on it.
 	Client corev1client.ConfigMapsGetter
-	// Namespace and Name identify the one checkpoint ConfigMap.
+	// Namespace and Name identify the checkpoint ConfigMap; with Shards > 1
+	// Name is the first of them (see [ShardNames]).
 	Namespace string
 	Name      string
+	// Shards is the number of checkpoint ConfigMaps the keys are spread over
+	// by [ShardOf] (0 means 1): every replica must use the same count. See
+	// [ShardCount].
+	Shards int
 	// FlushInterval is how often [Store.Run] writes changed keys
 	// (coalescing); default 5s.
 	FlushInterval time.Duration
@@ -110,10 +118,11 @@ type Options struct {
 
 // Metrics is what the store reports; pkg/relay implements it with Prometheus.
 type Metrics interface {
-	// CheckpointWrite is called once per write of the ConfigMap that a Flush
-	// (or a Run tick) attempted, after conflicts were retried: err is nil when
-	// the update was stored, else the final error. A flush with nothing to
-	// write reports nothing.
+	// CheckpointWrite is called once per write of a checkpoint ConfigMap
+	// that a Flush (or a Run tick) attempted, after conflicts were retried:
+	// err is nil when the update was stored, else the final error. A flush
+	// with nothing to write reports nothing; one that changed keys of three
+	// ConfigMaps reports three writes.
 	CheckpointWrite(err error)
 	// CheckpointPersisted is called for each key whose position became
 	// durable at time at.
@@ -130,8 +139,9 @@ type keyState struct {
 	persistedGen uint64    // newest gen known to be stored
 	storedAt     time.Time // when the stored value was written (loaded: its Updated)
 	lastWrite    time.Time // last successful write by this store
-	storedRaw    string    // value last read from or written to the ConfigMap
+	storedRaw    string    // value last read from or written to its ConfigMap
 	discards     uint64    // bumped by Discard
+	strays       []int     // other shards holding a copy (an older layout), removed after the next write
 }
 
 func (k *keyState) dirty() bool { return k.gen > k.persistedGen }
@@ -143,7 +153,7 @@ func (k *keyState) dirty() bool { return k.gen > k.persistedGen }
 type Store struct {
 	client    corev1client.ConfigMapInterface
 	namespace string
-	name      string
+	names     []string // the shards' ConfigMaps, see ShardNames
 	flushInt  time.Duration
 	bmInt     time.Duration
 	log       *zap.Logger
@@ -174,6 +184,9 @@ func New(o Options) (*Store, error) {
 	if o.FlushInterval < 0 {
 		errs = append(errs, fmt.Errorf("checkpoint: Options.FlushInterval must not be negative, got %s", o.FlushInterval))
 	}
+	if o.Shards < 0 {
+		errs = append(errs, fmt.Errorf("checkpoint: Options.Shards must not be negative, got %d", o.Shards))
+	}
 	if o.BookmarkPersistInterval < 0 {
 		errs = append(errs, fmt.Errorf("checkpoint: Options.BookmarkPersistInterval must not be negative, got %s", o.BookmarkPersistInterval))
 	}
@@ -183,7 +196,7 @@ func New(o Options) (*Store, error) {
 	s := &Store{
 		client:    o.Client.ConfigMaps(o.Namespace),
 		namespace: o.Namespace,
-		name:      o.Name,
+		names:     ShardNames(o.Name, o.Shards),
 		flushInt:  o.FlushInterval,
 		bmInt:     o.BookmarkPersistInterval,
 		metrics:   o.Metrics,
@@ -199,7 +212,7 @@ func New(o Options) (*Store, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.log = o.Logger.With(zap.String("configMap", s.object())) // the caller names it
+	s.log = o.Logger.With(zap.String("configMap", s.object(o.Name)), zap.Int("configMaps", len(s.names))) // the caller names it
 	return s, nil
 }
 
@@ -220,77 +233,112 @@ func SourceOf(key string) string {
 	return source
 }
 
-func (s *Store) object() string { return s.namespace + "/" + s.name }
+func (s *Store) object(name string) string { return s.namespace + "/" + name }
 
-// Load reads the ConfigMap (once at start, and again after this replica
-// takes over a source). If it does not exist, Load tries to create it empty,
-// labelled app.kubernetes.io/managed-by=relayd; if relayd may not, the error
-// says to create it or grant "create". Load also checks, with a dry-run
-// update, that relayd may update it, so missing RBAC shows at start rather
-// than at the first write. A key whose value is not a valid Position is an
-// error naming the key. Keys this store has advanced but not yet written keep
-// their in-memory position.
+// shardOf is the index in s.names of key's ConfigMap.
+func (s *Store) shardOf(key string) int { return ShardOf(key, len(s.names)) }
+
+// Load reads the checkpoint ConfigMaps (once at start, and again after this
+// replica takes over a source). One that does not exist Load tries to
+// create empty, labelled app.kubernetes.io/managed-by=relayd; if relayd may
+// not, the error says to create it or grant "create". Load also checks, with
+// a dry-run update, that relayd may update each, so missing RBAC shows at
+// start rather than at the first write. A key whose value is not a valid
+// Position is an error naming the key. A key found in a ConfigMap other than
+// its own ([ShardOf]; an older layout, or another shard count) is read from
+// there when its own ConfigMap lacks it, and removed from there after this
+// store next writes it. Keys this store has advanced but not yet written
+// keep their in-memory position.
 func (s *Store) Load(ctx context.Context) error {
-	cm, err := s.client.Get(ctx, s.name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		cm, err = s.create(ctx, nil)
-		if err != nil && !errors.Is(err, errAlreadyExisted) {
+	type found struct {
+		pos   Position
+		raw   string
+		shard int
+	}
+	var errs []error
+	copies := map[string][]found{}
+	rvs := make([]string, len(s.names))
+	for i, name := range s.names {
+		cm, err := s.loadShard(ctx, name)
+		if err != nil {
 			return err
 		}
-	case apierrors.IsForbidden(err):
-		return fmt.Errorf(`checkpoint: relayd may not "get" ConfigMap %s: grant "get" and "update" on it (deploy/ ships the Role): %w`, s.object(), err)
-	case err != nil:
-		return fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(), err)
-	}
-
-	loaded := make(map[string]Position, len(cm.Data))
-	keys := make([]string, 0, len(cm.Data))
-	for k := range cm.Data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var errs []error
-	for _, k := range keys {
-		p, err := decode(cm.Data[k])
-		if errors.Is(err, errNewerFormat) {
-			errs = append(errs, fmt.Errorf("checkpoint: ConfigMap %s key %q: %w: run that relayd version or a newer one (docs/DEPLOY.md, \"Upgrade and rollback: formats\"), or delete the key (relayd then starts that watch afresh, per the source's initial setting)", s.object(), k, err))
-			continue
+		rvs[i] = cm.ResourceVersion
+		keys := make([]string, 0, len(cm.Data))
+		for k := range cm.Data {
+			keys = append(keys, k)
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("checkpoint: ConfigMap %s key %q: %w: fix the value or delete the key (relayd then starts that watch afresh, per the source's initial setting)", s.object(), k, err))
-			continue
+		sort.Strings(keys)
+		for _, k := range keys {
+			p, err := decode(cm.Data[k])
+			if err != nil {
+				errs = append(errs, s.badValue(name, k, err))
+				continue
+			}
+			copies[k] = append(copies[k], found{pos: p, raw: cm.Data[k], shard: i})
 		}
-		loaded[k] = p
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 
-	if err := s.probeUpdate(ctx, cm); err != nil {
-		return err
-	}
-
 	s.mu.Lock()
-	for k, p := range loaded {
+	for k, cs := range copies {
 		st := s.state(k)
-		st.storedRaw = cm.Data[k]
+		home, use := s.shardOf(k), cs[0]
+		st.strays, st.storedRaw = nil, ""
+		for _, c := range cs {
+			if c.shard == home {
+				use, st.storedRaw = c, c.raw
+			} else {
+				st.strays = append(st.strays, c.shard)
+			}
+		}
 		if !st.dirty() {
-			st.pos = p
-			st.storedAt = p.Updated
+			st.pos = use.pos
+			st.storedAt = use.pos.Updated
 		}
 	}
 	s.mu.Unlock()
-	s.log.Info("checkpoint loaded", zap.Int("keys", len(loaded)), zap.String("resourceVersion", cm.ResourceVersion))
+	s.log.Info("checkpoint loaded", zap.Int("keys", len(copies)), zap.Strings("resourceVersions", rvs))
 	return nil
 }
 
-// create creates the ConfigMap with data, or returns the existing one if
-// another replica created it first.
-func (s *Store) create(ctx context.Context, data map[string]string) (*corev1.ConfigMap, error) {
+// badValue is Load's error for a key whose value it cannot use.
+func (s *Store) badValue(name, k string, err error) error {
+	if errors.Is(err, errNewerFormat) {
+		return fmt.Errorf("checkpoint: ConfigMap %s key %q: %w: run that relayd version or a newer one (docs/DEPLOY.md, \"Upgrade and rollback: formats\"), or delete the key (relayd then starts that watch afresh, per the source's initial setting)", s.object(name), k, err)
+	}
+	return fmt.Errorf("checkpoint: ConfigMap %s key %q: %w: fix the value or delete the key (relayd then starts that watch afresh, per the source's initial setting)", s.object(name), k, err)
+}
+
+// loadShard reads (or creates) one checkpoint ConfigMap for Load and checks
+// that relayd may update it.
+func (s *Store) loadShard(ctx context.Context, name string) (*corev1.ConfigMap, error) {
+	cm, err := s.client.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		cm, err = s.create(ctx, name, nil)
+		if err != nil && !errors.Is(err, errAlreadyExisted) {
+			return nil, err
+		}
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf(`checkpoint: relayd may not "get" ConfigMap %s: grant "get" and "update" on it (deploy/ ships the Role): %w`, s.object(name), err)
+	case err != nil:
+		return nil, fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(name), err)
+	}
+	if err := s.probeUpdate(ctx, cm); err != nil {
+		return nil, err
+	}
+	return cm, nil
+}
+
+// create creates the ConfigMap name with data, or returns the existing one
+// if another replica created it first.
+func (s *Store) create(ctx context.Context, name string, data map[string]string) (*corev1.ConfigMap, error) {
 	cm, err := s.client.Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      s.name,
+			Name:      name,
 			Namespace: s.namespace,
 			Labels:    map[string]string{managedByLabel: managedByValue},
 		},
@@ -298,18 +346,18 @@ func (s *Store) create(ctx context.Context, data map[string]string) (*corev1.Con
 	}, metav1.CreateOptions{FieldManager: fieldManager})
 	switch {
 	case err == nil:
-		s.log.Info("created checkpoint ConfigMap")
+		s.log.Info("created checkpoint ConfigMap", zap.String("name", name))
 		return cm, nil
 	case apierrors.IsAlreadyExists(err):
-		cm, err = s.client.Get(ctx, s.name, metav1.GetOptions{})
+		cm, err = s.client.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(), err)
+			return nil, fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(name), err)
 		}
 		return cm, errAlreadyExisted
 	case apierrors.IsForbidden(err):
-		return nil, fmt.Errorf(`checkpoint ConfigMap %s does not exist and relayd may not create it: create it (deploy/ ships one) or grant "create" on configmaps`, s.object())
+		return nil, fmt.Errorf(`checkpoint ConfigMap %s does not exist and relayd may not create it: create it (deploy/ ships one) or grant "create" on configmaps`, s.object(name))
 	default:
-		return nil, fmt.Errorf("checkpoint: ConfigMap %s does not exist; creating it: %w", s.object(), err)
+		return nil, fmt.Errorf("checkpoint: ConfigMap %s does not exist; creating it: %w", s.object(name), err)
 	}
 }
 
@@ -326,7 +374,7 @@ func (s *Store) probeUpdate(ctx context.Context, cm *corev1.ConfigMap) error {
 	case err == nil:
 		return nil
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf(`checkpoint: relayd may not "update" ConfigMap %s: grant "get" and "update" on it (deploy/ ships the Role): %w`, s.object(), err)
+		return fmt.Errorf(`checkpoint: relayd may not "update" ConfigMap %s: grant "get" and "update" on it (deploy/ ships the Role): %w`, s.object(cm.Name), err)
 	default:
 		s.log.Debug("dry-run update of the checkpoint ConfigMap failed; the first write will tell", zap.Error(err))
 		return nil
@@ -482,12 +530,15 @@ func (s *Store) undiscarded(todo []pending) []pending {
 	return kept
 }
 
-// pending is one key to write in a flush.
+// pending is one key to write in a flush: set to raw in its own
+// ConfigMap, or (remove) deleted from another shard that holds a stray copy.
 type pending struct {
 	key      string
 	gen      uint64
 	raw      string
 	discards uint64
+	shard    int
+	remove   bool
 }
 
 // collect snapshots the keys to write. force includes bookmark-only progress
@@ -505,7 +556,7 @@ func (s *Store) collect(force bool) ([]pending, error) {
 		if err != nil { // cannot happen for Position
 			return nil, fmt.Errorf("checkpoint: encode key %q: %w", k, err)
 		}
-		out = append(out, pending{key: k, gen: st.gen, raw: raw, discards: st.discards})
+		out = append(out, pending{key: k, gen: st.gen, raw: raw, discards: st.discards, shard: s.shardOf(k)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out, nil
@@ -523,19 +574,22 @@ func (k *keyState) due(force bool, now time.Time, bookmarkInterval time.Duration
 	return force || !bookmarkOnly || now.Sub(k.storedAt) >= bookmarkInterval
 }
 
-// Flush writes every dirty key now, bookmark-only progress included: it gets
-// the ConfigMap, sets only this store's dirty keys (other replicas own other
-// keys of the same ConfigMap) and updates it, retrying on a conflict with a
-// fresh get (retry.RetryOnConflict). It makes at most one successful write,
-// however many keys are dirty, and none when nothing is dirty. A key advanced
-// while a flush is in progress stays dirty for the next one. If the
-// ConfigMap was deleted, Flush recreates it where relayd may.
+// Flush writes every dirty key now, bookmark-only progress included: for
+// each checkpoint ConfigMap that holds one of them, and only for those, it
+// gets the ConfigMap, sets only this store's dirty keys (other replicas own
+// other keys of the same ConfigMap) and updates it, retrying on a conflict
+// with a fresh get (retry.RetryOnConflict). It makes at most one successful
+// write per ConfigMap, however many keys are dirty, and none when nothing is
+// dirty; then it removes the written keys' stray copies from other shards
+// (see [Store.Load]). A key advanced while a flush is in progress stays dirty
+// for the next one. If a ConfigMap was deleted, Flush recreates it where
+// relayd may. A ConfigMap that fails does not stop the others: the error
+// joins every failure.
 func (s *Store) Flush(ctx context.Context) error {
 	return s.flush(ctx, true)
 }
 
-// flush writes the keys collect picks (see Flush), retrying conflicts, then
-// reports the write to Metrics and records the keys as persisted.
+// flush writes the keys collect picks (see Flush), one ConfigMap at a time.
 func (s *Store) flush(ctx context.Context, force bool) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -544,17 +598,54 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 	if err != nil || len(todo) == 0 {
 		return err
 	}
+	var errs []error
+	var written []pending
+	for shard, keys := range byShard(todo) {
+		if w, err := s.flushShard(ctx, shard, keys); err != nil {
+			errs = append(errs, err)
+		} else {
+			written = append(written, w...)
+		}
+	}
+	for shard, keys := range byShard(s.strayRemovals(written)) {
+		if err := s.removeStrays(ctx, shard, keys); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// byShard groups todo by ConfigMap, in shard order.
+func byShard(todo []pending) iter.Seq2[int, []pending] {
+	groups := map[int][]pending{}
+	for _, p := range todo {
+		groups[p.shard] = append(groups[p.shard], p)
+	}
+	return func(yield func(int, []pending) bool) {
+		for _, shard := range slices.Sorted(maps.Keys(groups)) {
+			if !yield(shard, groups[shard]) {
+				return
+			}
+		}
+	}
+}
+
+// flushShard writes todo, keys of one ConfigMap, retrying conflicts, then
+// reports the write to Metrics and records the keys as persisted. It
+// returns the keys written.
+func (s *Store) flushShard(ctx context.Context, shard int, todo []pending) ([]pending, error) {
+	name := s.names[shard]
 	prev := s.storedValues(todo)
-	err = retry.RetryOnConflict(conflictBackoff, func() error {
+	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		var err error
-		todo, err = s.writeOnce(ctx, todo, prev)
+		todo, err = s.writeOnce(ctx, name, todo, prev)
 		return err
 	})
 	if err != nil && apierrors.IsConflict(err) {
-		err = fmt.Errorf("checkpoint: update ConfigMap %s: still conflicting after retries: %w", s.object(), err)
+		err = fmt.Errorf("checkpoint: update ConfigMap %s: still conflicting after retries: %w", s.object(name), err)
 	}
 	if len(todo) == 0 {
-		return err // every key was discarded: nothing written
+		return nil, err // every key was discarded: nothing written
 	}
 	// A write cut short by shutdown (cancellation) is not a failure worth
 	// counting; a timeout is.
@@ -562,9 +653,51 @@ func (s *Store) flush(ctx context.Context, force bool) error {
 		s.metrics.CheckpointWrite(err)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.markPersisted(todo)
+	return todo, nil
+}
+
+// strayRemovals lists, for the keys just written, the removal of each stray
+// copy in another shard.
+func (s *Store) strayRemovals(written []pending) []pending {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []pending
+	for _, p := range written {
+		for _, shard := range s.keys[p.key].strays {
+			out = append(out, pending{key: p.key, discards: p.discards, shard: shard, remove: true})
+		}
+	}
+	return out
+}
+
+// removeStrays deletes todo's keys from one shard's ConfigMap (see
+// strayRemovals) and forgets them as strays once done.
+func (s *Store) removeStrays(ctx context.Context, shard int, todo []pending) error {
+	name := s.names[shard]
+	err := retry.RetryOnConflict(conflictBackoff, func() error {
+		var err error
+		todo, err = s.writeOnce(ctx, name, todo, nil)
+		return err
+	})
+	if len(todo) == 0 {
+		return err
+	}
+	if s.metrics != nil && (err == nil || !errors.Is(ctx.Err(), context.Canceled)) {
+		s.metrics.CheckpointWrite(err)
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, p := range todo {
+		st := s.keys[p.key]
+		st.strays = slices.DeleteFunc(st.strays, func(i int) bool { return i == shard })
+	}
+	s.mu.Unlock()
+	s.log.Info("removed keys of an older checkpoint layout from another ConfigMap", zap.String("name", name), zap.Int("keys", len(todo)))
 	return nil
 }
 
@@ -581,15 +714,15 @@ func (s *Store) storedValues(todo []pending) map[string]string {
 	return prev
 }
 
-// writeOnce is one attempt of a flush: it reads the ConfigMap (recreating it
-// with todo's keys if it was deleted), sets todo's keys and updates it. It
-// returns todo without the keys discarded meanwhile, and nil, a conflict
-// for RetryOnConflict to retry, or the error that ends the flush.
-func (s *Store) writeOnce(ctx context.Context, todo []pending, prev map[string]string) ([]pending, error) {
+// writeOnce is one attempt of a flush of ConfigMap name: it reads it
+// (recreating it with todo's keys if it was deleted), sets todo's keys and
+// updates it. It returns todo without the keys discarded meanwhile, and nil,
+// a conflict for RetryOnConflict to retry, or the error that ends the flush.
+func (s *Store) writeOnce(ctx context.Context, name string, todo []pending, prev map[string]string) ([]pending, error) {
 	if todo = s.undiscarded(todo); len(todo) == 0 {
 		return todo, nil
 	}
-	cm, created, err := s.getOrRecreate(ctx, todo)
+	cm, created, err := s.getOrRecreate(ctx, name, todo)
 	if created || err != nil {
 		return todo, err
 	}
@@ -609,16 +742,16 @@ func (s *Store) writeOnce(ctx context.Context, todo []pending, prev map[string]s
 	return todo, s.update(ctx, cm)
 }
 
-// getOrRecreate reads the ConfigMap to write into. If it was deleted, it
-// creates it with todo's keys and reports created (the write is done); if
+// getOrRecreate reads the ConfigMap name to write into. If it was deleted,
+// it creates it with todo's keys and reports created (the write is done); if
 // another replica recreated it first, it returns that one to write into.
-func (s *Store) getOrRecreate(ctx context.Context, todo []pending) (cm *corev1.ConfigMap, created bool, err error) {
-	cm, err = s.client.Get(ctx, s.name, metav1.GetOptions{})
+func (s *Store) getOrRecreate(ctx context.Context, name string, todo []pending) (cm *corev1.ConfigMap, created bool, err error) {
+	cm, err = s.client.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		data, _ := merge(nil, todo, nil)
-		s.log.Warn("checkpoint ConfigMap disappeared; recreating it with this replica's keys")
-		cm, err = s.create(ctx, data)
+		s.log.Warn("checkpoint ConfigMap disappeared; recreating it with this replica's keys", zap.String("name", name))
+		cm, err = s.create(ctx, name, data)
 		switch {
 		case err == nil:
 			return cm, true, nil
@@ -628,9 +761,9 @@ func (s *Store) getOrRecreate(ctx context.Context, todo []pending) (cm *corev1.C
 			return nil, false, err
 		}
 	case apierrors.IsForbidden(err):
-		return nil, false, fmt.Errorf(`checkpoint: relayd may not "get" ConfigMap %s: %w`, s.object(), err)
+		return nil, false, fmt.Errorf(`checkpoint: relayd may not "get" ConfigMap %s: %w`, s.object(name), err)
 	case err != nil:
-		return nil, false, fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(), err)
+		return nil, false, fmt.Errorf("checkpoint: get ConfigMap %s: %w", s.object(name), err)
 	}
 	return cm, false, nil
 }
@@ -641,13 +774,14 @@ type overwrite struct {
 	key, found, writing string
 }
 
-// merge returns data with the keys of todo set to their new values, every
-// other key (the sources of other replicas) kept as it is; data itself is
-// left unchanged. It also returns, in todo's order, the keys whose value in
-// data differs from prev, the value this store last read or wrote: another
-// writer changed them since. They are overwritten all the same (only one
-// replica should own a source, and this one still does), but are worth a
-// warning. A key missing from data is not one of them.
+// merge returns data with the keys of todo set to their new values (or
+// deleted, for a removal), every other key (the sources of other replicas)
+// kept as it is; data itself is left unchanged. It also returns, in todo's
+// order, the keys whose value in data differs from prev, the value this
+// store last read or wrote: another writer changed them since. They are
+// overwritten all the same (only one replica should own a source, and this
+// one still does), but are worth a warning. A key missing from data is not
+// one of them.
 func merge(data map[string]string, todo []pending, prev map[string]string) (map[string]string, []overwrite) {
 	out := make(map[string]string, len(data)+len(todo))
 	for k, v := range data {
@@ -655,6 +789,10 @@ func merge(data map[string]string, todo []pending, prev map[string]string) (map[
 	}
 	var overwritten []overwrite
 	for _, p := range todo {
+		if p.remove {
+			delete(out, p.key)
+			continue
+		}
 		if cur, ok := data[p.key]; ok && cur != prev[p.key] {
 			overwritten = append(overwritten, overwrite{key: p.key, found: cur, writing: p.raw})
 		}
@@ -673,11 +811,11 @@ func (s *Store) update(ctx context.Context, cm *corev1.ConfigMap) error {
 		failpoint.Inject(failpoint.CheckpointAfterWrite)
 		return nil
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf(`checkpoint: relayd may not "update" ConfigMap %s: %w`, s.object(), err)
+		return fmt.Errorf(`checkpoint: relayd may not "update" ConfigMap %s: %w`, s.object(cm.Name), err)
 	case apierrors.IsConflict(err):
 		return err
 	default:
-		return fmt.Errorf("checkpoint: update ConfigMap %s: %w", s.object(), err)
+		return fmt.Errorf("checkpoint: update ConfigMap %s: %w", s.object(cm.Name), err)
 	}
 }
 

@@ -185,6 +185,32 @@ type Checkpoint struct {
 	Name string `yaml:"name" schema:"dns1123Subdomain"`
 	// FlushInterval is how often pending checkpoints are written.
 	FlushInterval Duration `yaml:"flushInterval"`
+	// WatchesPerConfigMap is how many watches (checkpoint keys) relayd
+	// plans per checkpoint ConfigMap: the configuration's watches need
+	// [Config.CheckpointShards] ConfigMaps, Name, Name-1, … (see
+	// pkg/checkpoint.ShardNames), which RBAC and deploy/ must name.
+	WatchesPerConfigMap int `yaml:"watchesPerConfigMap"`
+}
+
+// Watches is the number of watches (and checkpoint keys) of the
+// configuration: one per namespace of a source, one for a source of all
+// namespaces or of a cluster-scoped kind.
+func (c *Config) Watches() int {
+	n := 0
+	for i := range c.Sources {
+		n += max(1, len(c.Sources[i].Namespaces))
+	}
+	return n
+}
+
+// CheckpointShards is the number of checkpoint ConfigMaps:
+// ceil(Watches / checkpoint.watchesPerConfigMap), at least 1.
+func (c *Config) CheckpointShards() int {
+	per := c.Checkpoint.WatchesPerConfigMap
+	if per <= 0 {
+		per = DefaultWatchesPerConfigMap
+	}
+	return max(1, (c.Watches()+per-1)/per)
 }
 
 // Watch configures the LIST/WATCH requests of every source.
@@ -396,8 +422,14 @@ const (
 	DefaultMode                = ModeStructured
 	DefaultCheckpointNamespace = "default"
 	DefaultCheckpointName      = "relayd-checkpoint"
-	DefaultFlushInterval       = 5 * time.Second
-	DefaultWatchTimeout        = 5 * time.Minute
+	// DefaultWatchesPerConfigMap is pkg/checkpoint.DefaultWatchesPerConfigMap.
+	DefaultWatchesPerConfigMap = 500
+	// MaxWatchesPerConfigMap keeps one checkpoint ConfigMap under the
+	// apiserver's 1 MiB even with the longest keys (docs/OPERATIONS.md,
+	// "Checkpoint ConfigMap").
+	MaxWatchesPerConfigMap = 3000
+	DefaultFlushInterval   = 5 * time.Second
+	DefaultWatchTimeout    = 5 * time.Minute
 	// DefaultIdleTimeoutMargin is added to watch.timeout when
 	// watch.idleTimeout is not set.
 	DefaultIdleTimeoutMargin    = 30 * time.Second
@@ -475,6 +507,7 @@ func (c *Config) ApplyDefaults() {
 
 	setString(&c.Checkpoint.Name, DefaultCheckpointName)
 	setDuration(&c.Checkpoint.FlushInterval, DefaultFlushInterval)
+	setInt(&c.Checkpoint.WatchesPerConfigMap, DefaultWatchesPerConfigMap)
 
 	w := &c.Watch
 	setDuration(&w.Timeout, DefaultWatchTimeout)

@@ -226,8 +226,9 @@ func TestGoodMinimalDefaults(t *testing.T) {
 		},
 		CloudEvents: CloudEvents{Mode: ModeStructured},
 		Checkpoint: Checkpoint{
-			Name:          "relayd-checkpoint",
-			FlushInterval: Duration(5 * time.Second),
+			Name:                "relayd-checkpoint",
+			FlushInterval:       Duration(5 * time.Second),
+			WatchesPerConfigMap: 500,
 		},
 		Watch: Watch{
 			Timeout:     Duration(5 * time.Minute),
@@ -571,6 +572,8 @@ func TestValidateMore(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"explicit zero jitter", base + src + "watch: {relistBackoff: {jitter: 0}}\n", ""},
+		{"checkpoint watches per ConfigMap", base + src + "checkpoint: {watchesPerConfigMap: 3001}\n",
+			"x:4: checkpoint.watchesPerConfigMap: must be between 1 and 3000, got 3001"},
 		{"in-flight bytes", "cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}, maxInFlightBytes: 1000}\n" + src,
 			"x:2: nats.maxInFlightBytes: must be between 1048576 (1Mi) and 1099511627776 (1Ti), got 1000\n" +
 				"x:2: nats.maxInFlightBytesPerWatch: must not exceed nats.maxInFlightBytes (1000), got 16777216"},
@@ -996,5 +999,24 @@ func TestConfigsInTheDocsLoad(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("no config example found in README.md or docs/")
+	}
+}
+
+func TestCheckpointShards(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want int
+	}{
+		{"sources: [{name: a, apiVersion: v1, kind: Pod}]\n", 1},
+		{"checkpoint: {watchesPerConfigMap: 2}\nsources: [{name: a, apiVersion: v1, kind: Pod, namespaces: [n1, n2]}, {name: b, apiVersion: v1, kind: Service}]\n", 2},
+		{"checkpoint: {watchesPerConfigMap: 2}\nsources: [{name: a, apiVersion: v1, kind: Pod, namespaces: [n1, n2, n3, n4]}]\n", 2},
+	} {
+		cfg, err := Parse([]byte("cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}}\n"+c.yaml), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.CheckpointShards(); got != c.want {
+			t.Errorf("%s: CheckpointShards = %d (watches %d), want %d", c.yaml, got, cfg.Watches(), c.want)
+		}
 	}
 }

@@ -139,6 +139,11 @@
 //     ConfigMap, which must exist (relayd is not granted "create").
 //   - flushInterval (default 5s, >= 100ms): how often checkpoints are
 //     written.
+//   - watchesPerConfigMap (default 500, 1..3000): the checkpoint keys (one
+//     per watch) are spread over ceil(watches / watchesPerConfigMap)
+//     ConfigMaps: name, name-1, name-2, …, which must all exist and be
+//     granted (the chart renders them; docs/OPERATIONS.md, "Checkpoint
+//     ConfigMap").
 //
 // watch (applies to every source):
 //

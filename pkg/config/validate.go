@@ -275,6 +275,9 @@ func (v *validator) checkpoint(c *Checkpoint) {
 	if c.FlushInterval < Duration(100*time.Millisecond) {
 		v.add("checkpoint.flushInterval", "must be at least 100ms, got %s", c.FlushInterval)
 	}
+	if c.WatchesPerConfigMap < 1 || c.WatchesPerConfigMap > MaxWatchesPerConfigMap {
+		v.add("checkpoint.watchesPerConfigMap", "must be between 1 and %d, got %d", MaxWatchesPerConfigMap, c.WatchesPerConfigMap)
+	}
 }
 
 func (v *validator) watch(w *Watch) {

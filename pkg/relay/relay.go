@@ -328,9 +328,8 @@ func (r *relay) connectKube() error {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "relayd"
 	}
-	// client-go's default of 5 requests/s would throttle relists and
-	// checkpoint writes of many sources; the apiserver's priority and
-	// fairness protects it.
+	// client-go's default of 5 requests/s would throttle the discovery of
+	// many watches; the apiserver's priority and fairness protects it.
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 50, 100
 	}
@@ -344,9 +343,9 @@ func (r *relay) connectKube() error {
 		return fmt.Errorf("relay: kubernetes client: %w", err)
 	}
 	r.disco = cs.Discovery()
-	// The Leases get a client (and a client-side rate limiter) of their
-	// own, sized for their polling, so that renewals never queue behind
-	// other requests: a renewal that waits is a source that may be lost.
+	// The Leases and the checkpoint get a client (and rate limiter) each, so
+	// that they never queue behind the discovery of thousands of watches
+	// (docs/OPERATIONS.md, "Client-side rate limits").
 	lc := rest.CopyConfig(cfg)
 	sh := r.cfg.Sharding
 	lc.QPS = float32(max(20, 4*float64(len(r.cfg.Sources))/sh.RetryPeriod.Duration().Seconds()))
@@ -356,10 +355,15 @@ func (r *relay) connectKube() error {
 		return fmt.Errorf("relay: kubernetes client: %w", err)
 	}
 	r.leases = lcs.CoordinationV1()
+	ccs, err := checkpoint.NewClient(cfg, httpc, r.cfg.CheckpointShards(), r.cfg.Checkpoint.FlushInterval.Duration())
+	if err != nil {
+		return err
+	}
 	store, err := checkpoint.New(checkpoint.Options{
-		Client:        cs.CoreV1(),
+		Client:        ccs,
 		Namespace:     r.cfg.Checkpoint.Namespace,
 		Name:          r.cfg.Checkpoint.Name,
+		Shards:        r.cfg.CheckpointShards(),
 		FlushInterval: r.cfg.Checkpoint.FlushInterval.Duration(),
 		Logger:        r.log.Named("checkpoint"),
 		Metrics:       checkpointMetrics{r.m},

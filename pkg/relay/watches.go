@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"go.uber.org/zap"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/shard"
@@ -180,7 +182,7 @@ func (r *relay) isSelf(res event.Resource, m *event.Meta) bool {
 	}
 	switch {
 	case res.Group == "" && res.Resource == "configmaps":
-		return m.Name == r.cfg.Checkpoint.Name
+		return slices.Contains(checkpoint.ShardNames(r.cfg.Checkpoint.Name, r.cfg.CheckpointShards()), m.Name)
 	case r.cfg.Sharding.Enabled && res.Group == "coordination.k8s.io" && res.Resource == "leases":
 		for i := range r.cfg.Sources {
 			if m.Name == shard.LeaseName(r.cfg.Sharding.LeasePrefix, r.cfg.Sources[i].Name) {

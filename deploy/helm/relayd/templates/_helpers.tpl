@@ -27,6 +27,19 @@ the checkpoint ConfigMap <release>-checkpoint, the Leases
 {{- define "relayd.checkpointName" -}}
 {{ (.Values.config.checkpoint | default dict).name | default (printf "%s-checkpoint" (include "relayd.name" .)) }}
 {{- end -}}
+{{- /*
+The checkpoint ConfigMaps, space-separated: <name>, <name>-1, … — one per
+checkpoint.watchesPerConfigMap (default 500) watches, a watch being a
+namespace of a source or a source without namespaces. relayd computes the
+same (pkg/config Config.CheckpointShards, pkg/checkpoint ShardNames).
+*/}}
+{{- define "relayd.checkpointNames" -}}
+{{- $per := int ((.Values.config.checkpoint | default dict).watchesPerConfigMap | default 500) -}}
+{{- $watches := 0 -}}
+{{- range .Values.config.sources }}{{ $watches = add $watches (max 1 (len (.namespaces | default list))) }}{{ end -}}
+{{- $name := include "relayd.checkpointName" . -}}
+{{- range $i := until (int (max 1 (div (add $watches (sub $per 1)) $per))) }}{{ if $i }} {{ printf "%s-%d" $name $i }}{{ else }}{{ $name }}{{ end }}{{ end -}}
+{{- end -}}
 {{- define "relayd.leasePrefix" -}}
 {{ (.Values.config.sharding | default dict).leasePrefix | default (include "relayd.name" .) }}
 {{- end -}}
