@@ -19,8 +19,9 @@ import (
 )
 
 // CatchUpConsumerInactive is how long the NATS server keeps the index
-// catch-up's consumer after its last pull. A catch-up reads through one
-// ordered consumer (nats.go replaces it only after a gap in its delivery)
+// catch-up's consumer after its last pull. A catch-up read (shared by the
+// watches that start together, see CatchUp) reads through one ordered
+// consumer (nats.go replaces it only after a gap in its delivery)
 // and never deletes it, so relayd needs no right to delete consumers on a
 // shared stream (docs/DEPLOY.md, "NATS permissions"): the server removes it
 // this long after the read ends; without a threshold of our own it would
