@@ -26,14 +26,16 @@ const restartNamespaces = 200
 // creates on relayd's event stream and index bucket, whatever the number of
 // watches: the start-up reads are shared (docs/ARCHITECTURE.md, "Start-up
 // reads are shared"), one bucket read and one catch-up read for the
-// watches that start together; the bound leaves room for a second round of
-// each for watches that reach their first load after the first round began.
-const restartConsumers = 4
+// watches that reach their first load together. How many rounds of reads a
+// start takes depends on how far apart the watches get there (each first
+// resolves its resource with a discovery request of its own): 1 on an idle
+// machine, 2 seen under a load average of 12 on 2 cores; the bound allows 5.
+const restartConsumers = 10
 
 // restartRequests bounds the JetStream API requests naming the stream or
 // the bucket during the restart (stream and bucket info, consumer creates,
-// the catch-up's pulls, the bucket reads): a few per shared read.
-const restartRequests = 40
+// the catch-up's pulls, the bucket reads): a few per round.
+const restartRequests = 60
 
 // TestGracefulRestartSharesTheStartupReads: a source listing a few hundred
 // namespaces is stopped gracefully and started again. The restart creates
