@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,8 +19,9 @@ import (
 )
 
 // CatchUpConsumerInactive is how long the NATS server keeps the index
-// catch-up's consumer after its last pull. A catch-up reads through one
-// ordered consumer (nats.go replaces it only after a gap in its delivery)
+// catch-up's consumer after its last pull. A catch-up read (shared by the
+// watches that start together, see CatchUp) reads through one ordered
+// consumer (nats.go replaces it only after a gap in its delivery)
 // and never deletes it, so relayd needs no right to delete consumers on a
 // shared stream (docs/DEPLOY.md, "NATS permissions"): the server removes it
 // this long after the read ends; without a threshold of our own it would
@@ -45,8 +49,12 @@ type StreamReader struct {
 	// read them.
 	Foreign *prometheus.CounterVec
 	// OnLastSeq, if set, is given the stream's last sequence at the start
-	// of every catch-up (relayd seeds the sink's stream sequence with it).
+	// of every catch-up read (relayd seeds the sink's stream sequence with
+	// it).
 	OnLastSeq func(uint64)
+
+	init  sync.Once
+	reads coalescer[catchUpCall, CatchUpResult] // see CatchUp
 }
 
 // CatchUpOf names the watch a catch-up is for: only the object events of
@@ -102,47 +110,122 @@ type CatchUpResult struct {
 // order); the objects whose entry ends up different from the bucket's are
 // returned as Fixes, once each (written message by message, an object seen
 // several times would be written back through its older versions).
+//
+// The catch-ups asked for together (the watches of a relayd start
+// together) share one read (see coalescer): one stream info request and one
+// ordered consumer on relayd's subjects from the lowest c.From among them
+// to the stream's last sequence when the read began, each message decoded
+// once and applied to the index of every watch it belongs to whose range
+// holds it. The number of consumers and JetStream API requests at start
+// does not grow with the number of watches (docs/ARCHITECTURE.md,
+// "Start-up reads are shared").
 func (s *StreamReader) CatchUp(ctx context.Context, log *zap.Logger, x *Index, c CatchUpOf) (CatchUpResult, error) {
+	s.init.Do(func() { s.reads.read = s.readShared })
+	return s.reads.do(ctx, catchUpCall{log: log, x: x, c: c})
+}
+
+// catchUpCall is one CatchUp call.
+type catchUpCall struct {
+	log *zap.Logger
+	x   *Index
+	c   CatchUpOf
+}
+
+// readShared is the shared read of the catch-ups qs.
+func (s *StreamReader) readShared(ctx context.Context, qs []catchUpCall) ([]CatchUpResult, error) {
 	stream, err := s.JetStream.Stream(ctx, s.Stream)
 	if err != nil {
-		return CatchUpResult{}, err
+		return nil, err
 	}
 	st := stream.CachedInfo().State
-	res := CatchUpResult{To: st.LastSeq}
 	if s.OnLastSeq != nil {
 		s.OnLastSeq(st.LastSeq)
 	}
-	if c.From == 0 || c.From > st.LastSeq {
-		return res, nil
+	out := make([]CatchUpResult, len(qs))
+	r := reader{cluster: s.Cluster, watches: map[string][]*applier{}}
+	var low *applier
+	for i, q := range qs {
+		out[i].To = st.LastSeq
+		if q.c.From == 0 || q.c.From > st.LastSeq {
+			continue
+		}
+		a := &applier{x: q.x, c: q.c, log: q.log, before: map[string]before{}}
+		r.add(a)
+		if low == nil || a.c.From < low.c.From {
+			low = a
+		}
 	}
-	if c.From < st.FirstSeq {
-		log.Warn("stream messages removed by its limits before the index caught up",
-			zap.Uint64("fromStreamSeq", c.From), zap.Uint64("streamFirstSeq", st.FirstSeq),
+	if low == nil {
+		return out, nil
+	}
+	if low.c.From < st.FirstSeq {
+		low.log.Warn("stream messages removed by its limits before the index caught up",
+			zap.Uint64("fromStreamSeq", low.c.From), zap.Uint64("streamFirstSeq", st.FirstSeq),
 			zap.String("effect", "if the index lacked any of their changes, it still does"))
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{s.Subject},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: c.From,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: low.c.From,
 		InactiveThreshold: CatchUpConsumerInactive,
 	})
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	a := applier{x: x, c: c, cluster: s.Cluster, before: map[string]before{}}
-	if err := a.readAll(cons, c.From, res.To); err != nil {
-		return res, err
+	sort.SliceStable(r.all, func(i, j int) bool { return r.all[i].c.From < r.all[j].c.From })
+	if err := r.readAll(ctx, cons, low.c.From, st.LastSeq); err != nil {
+		return nil, err
 	}
-	res.Read, res.Fixes, res.Legacy, res.Foreign, res.Last = a.read, a.fixes(), a.legacy, a.foreign, a.last
-	if a.foreign > 0 {
-		if s.Foreign != nil {
-			s.Foreign.WithLabelValues(c.Source).Add(float64(a.foreign))
+	r.reached(math.MaxUint64)
+	for i, q := range qs {
+		for _, a := range r.watches[watchKey(q.c.Source, q.c.Namespace)] {
+			if a.x == q.x {
+				out[i].Read, out[i].Fixes, out[i].Legacy, out[i].Foreign, out[i].Last = r.read-a.readFrom, a.fixes(), a.legacy, a.foreign, a.last
+			}
 		}
-		log.Warn("messages on relayd's own subjects that it did not write; not applied to the index",
+	}
+	s.reportForeign(r.watches)
+	return out, nil
+}
+
+// reportForeign counts and logs, once per source, the messages a shared
+// read found on relayd's subjects that relayd did not write.
+func (s *StreamReader) reportForeign(watches map[string][]*applier) {
+	first := map[string]*applier{} // per source, its watch that saw the most
+	for _, as := range watches {
+		for _, a := range as {
+			if f := first[a.c.Source]; a.foreign > 0 && (f == nil || a.foreign > f.foreign) {
+				first[a.c.Source] = a
+			}
+		}
+	}
+	for src, a := range first {
+		if s.Foreign != nil {
+			s.Foreign.WithLabelValues(src).Add(float64(a.foreign))
+		}
+		a.log.Warn("messages on relayd's own subjects that it did not write; not applied to the index",
 			zap.Int("messages", a.foreign), zap.String("subjects", s.Subject), zap.Uint64("firstStreamSeq", a.firstForeign),
 			zap.String("first", a.why),
 			zap.String("remedy", "only this relayd may publish on its subjects: give every cluster's relayd its own cluster name and restrict other publishers (docs/DEPLOY.md, NATS permissions)"))
 	}
-	return res, nil
+}
+
+// watchKey keys a watch's appliers in reader.watches.
+func watchKey(source, namespace string) string { return source + "/" + namespace }
+
+// reader is a shared catch-up read: it decodes each message once and hands
+// it to the appliers of the watches it belongs to.
+type reader struct {
+	cluster string                // relayd's cluster name
+	watches map[string][]*applier // watchKey -> the catch-ups of that watch
+	all     []*applier            // every catch-up, by From once reading
+	next    int                   // all[:next] have their From read
+	read    int                   // messages read
+}
+
+func (r *reader) add(a *applier) {
+	k := watchKey(a.c.Source, a.c.Namespace)
+	r.watches[k] = append(r.watches[k], a)
+	r.all = append(r.all, a)
 }
 
 // before is an object's index entry before the catch-up.
@@ -153,15 +236,17 @@ type before struct {
 
 // applier applies a catch-up's messages to the index.
 type applier struct {
-	x    *Index
-	c    CatchUpOf
-	read int
+	x   *Index
+	c   CatchUpOf
+	log *zap.Logger
+	// readFrom is how many messages the shared read had read before this
+	// catch-up's range began.
+	readFrom int
 	// uid -> its entry before the catch-up, for each object of the watch
 	// in the range: a few for a checkpoint's range, up to every object of
 	// the watch for a whole-stream read (for as long as the catch-up runs).
 	before map[string]before
 
-	cluster      string              // relayd's cluster name
 	legacy       map[string]struct{} // see CatchUpResult.Legacy
 	last         map[string]string   // see CatchUpResult.Last
 	foreign      int                 // see CatchUpResult.Foreign
@@ -175,8 +260,8 @@ type applier struct {
 // subjects when it was delivered (what came after it was published after
 // the catch-up began), or at once if the consumer had nothing pending when
 // it was created. Five seconds without a message while some are pending is
-// a lost pull; the third in a row fails the read.
-func (a *applier) readAll(cons jetstream.Consumer, next, last uint64) error {
+// a lost pull; the third in a row fails the read, as does the end of ctx.
+func (r *reader) readAll(ctx context.Context, cons jetstream.Consumer, next, last uint64) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(int(min(500, last-next+1))))
 	if err != nil {
 		return err
@@ -186,6 +271,9 @@ func (a *applier) readAll(cons jetstream.Consumer, next, last uint64) error {
 		return nil
 	}
 	for empty := 0; next <= last; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		m, err := it.Next(jetstream.NextMaxWait(5 * time.Second))
 		if errors.Is(err, nats.ErrTimeout) {
 			if empty++; empty == 3 {
@@ -204,8 +292,7 @@ func (a *applier) readAll(cons jetstream.Consumer, next, last uint64) error {
 		if next = md.Sequence.Stream + 1; md.Sequence.Stream > last {
 			return nil
 		}
-		a.read++
-		a.apply(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
+		r.apply(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
 		if md.NumPending == 0 {
 			return nil
 		}
@@ -213,23 +300,47 @@ func (a *applier) readAll(cons jetstream.Consumer, next, last uint64) error {
 	return nil
 }
 
-// apply applies one stream message (sequence seq) to the index if it is
-// an object event of the watch that relayd wrote.
-func (a *applier) apply(seq uint64, subject string, h nats.Header, data []byte) {
+// apply applies one stream message (sequence seq) to the index of every
+// catch-up whose range holds it: an object event, written by relayd, of the
+// catch-up's watch. A message relayd did not write is counted as foreign by
+// each of them.
+func (r *reader) apply(seq uint64, subject string, h nats.Header, data []byte) {
 	env, err := event.DecodeMessage(h, data)
 	if err == nil {
-		err = a.ours(&env)
+		err = ours(&env, r.cluster)
 	}
+	r.reached(seq)
+	r.read++
 	if err != nil {
-		a.foreign++
-		if a.foreign == 1 {
-			a.firstForeign, a.why = seq, fmt.Sprintf("subject %q: %v", subject, err)
+		for _, a := range r.all[:r.next] {
+			if a.foreign++; a.foreign == 1 {
+				a.firstForeign, a.why = seq, fmt.Sprintf("subject %q: %v", subject, err)
+			}
 		}
 		return
 	}
-	if env.RelaydSource != a.c.Source || (a.c.Namespace != "" && env.K8sNamespace != a.c.Namespace) {
-		return // another source's or namespace's
+	for _, k := range []string{watchKey(env.RelaydSource, env.K8sNamespace), watchKey(env.RelaydSource, "")} {
+		for _, a := range r.watches[k] {
+			if a.c.From <= seq {
+				a.apply(h, &env)
+			}
+		}
+		if env.K8sNamespace == "" {
+			break // one key: both are the same
+		}
 	}
+}
+
+// reached notes that the read got to sequence seq: the catch-ups whose
+// range starts there or before count their messages from here on.
+func (r *reader) reached(seq uint64) {
+	for ; r.next < len(r.all) && r.all[r.next].c.From <= seq; r.next++ {
+		r.all[r.next].readFrom = r.read
+	}
+}
+
+// apply applies an object event of the watch that relayd wrote.
+func (a *applier) apply(h nats.Header, env *event.Envelope) {
 	if a.c.Legacy && h.Get(event.HeaderMsgID) == env.RelaydSource+"/"+env.ID { // stored by an older relayd
 		if a.legacy == nil {
 			a.legacy = map[string]struct{}{}
@@ -258,14 +369,14 @@ func (a *applier) apply(seq uint64, subject string, h nats.Header, data []byte) 
 	}
 }
 
-// ours checks that a message on relayd's subjects is relayd's own: its
-// cluster's event, from a relayd source of that cluster.
-func (a *applier) ours(env *event.Envelope) error {
+// ours checks that a message on relayd's subjects is relayd's own: an
+// event of its cluster, from a relayd source of that cluster.
+func ours(env *event.Envelope, cluster string) error {
 	switch {
-	case env.K8sCluster != a.cluster:
-		return fmt.Errorf("k8scluster %q, not %q", env.K8sCluster, a.cluster)
-	case env.RelaydSource == "" || env.Source != "/relayd/"+a.cluster+"/"+env.RelaydSource:
-		return fmt.Errorf("source %q, relaydsource %q: not a relayd source of cluster %q", env.Source, env.RelaydSource, a.cluster)
+	case env.K8sCluster != cluster:
+		return fmt.Errorf("k8scluster %q, not %q", env.K8sCluster, cluster)
+	case env.RelaydSource == "" || env.Source != "/relayd/"+cluster+"/"+env.RelaydSource:
+		return fmt.Errorf("source %q, relaydsource %q: not a relayd source of cluster %q", env.Source, env.RelaydSource, cluster)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,6 +59,17 @@ type Bucket struct {
 	subjPre string // where writes are published: WriteSubjectPrefix
 	ttl     string // Nats-TTL of delete markers; "" when the bucket has no per-message TTL
 	keyID   string // BucketOptions.FingerprintKeyID
+
+	// Every watch reads the bucket's generation, its entries and its epoch
+	// at start: these reads are shared by the watches that start together
+	// (see coalescer), one status request and one consumer per read, not
+	// per watch.
+	gens  coalescer[struct{}, Generation]
+	loads coalescer[loadOf, loaded]
+	// epochs holds the epochs the last shared Load read, by prefix, until
+	// Epoch takes them.
+	epochMu sync.Mutex
+	epochs  map[string]epochRead
 	// warnings about settings that differ from a bucket relayd creates
 	warnings []string
 }
@@ -96,6 +108,7 @@ func Open(ctx context.Context, js jetstream.JetStream, o BucketOptions) (*Bucket
 		return nil, fmt.Errorf("index bucket %q: %w", o.Name, err)
 	}
 	b := &Bucket{kv: kv, name: o.Name, subjPre: WriteSubjectPrefix(js.Options().Domain, o.Name), keyID: o.FingerprintKeyID}
+	b.gens.read, b.loads.read = b.readGenerations, b.readEntries
 	st, err := kv.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("index bucket %q: status: %w", o.Name, err)
@@ -174,18 +187,30 @@ type Generation struct {
 	LastSeq uint64 // the backing stream's last sequence
 }
 
-// Generation reads the bucket's current generation.
+// Generation reads the bucket's current generation: one status request
+// serves the calls made together (see coalescer), each by a request made
+// after the call.
 func (b *Bucket) Generation(ctx context.Context) (Generation, error) {
+	return b.gens.do(ctx, struct{}{})
+}
+
+// readGenerations is the shared read of Generation.
+func (b *Bucket) readGenerations(ctx context.Context, qs []struct{}) ([]Generation, error) {
 	st, err := b.kv.Status(ctx)
 	if err != nil {
-		return Generation{}, fmt.Errorf("index bucket %q: status: %w", b.name, err)
+		return nil, fmt.Errorf("index bucket %q: status: %w", b.name, err)
 	}
 	s, ok := st.(*jetstream.KeyValueBucketStatus)
 	if !ok {
-		return Generation{}, fmt.Errorf("index bucket %q: unexpected status type %T", b.name, st)
+		return nil, fmt.Errorf("index bucket %q: unexpected status type %T", b.name, st)
 	}
 	info := s.StreamInfo()
-	return Generation{ID: info.Created.UTC().Format(time.RFC3339Nano), LastSeq: info.State.LastSeq}, nil
+	g := Generation{ID: info.Created.UTC().Format(time.RFC3339Nano), LastSeq: info.State.LastSeq}
+	out := make([]Generation, len(qs))
+	for i := range out {
+		out[i] = g
+	}
+	return out, nil
 }
 
 // Prefix is the key prefix of one watch: "<source>.<namespace|_>". Source
@@ -304,22 +329,6 @@ func (b *Bucket) EpochMsg(prefix string, epoch uint64) *event.Message {
 	return &event.Message{Subject: b.subjPre + EpochKey(prefix), Data: strconv.AppendUint(nil, epoch, 10)}
 }
 
-// Epoch reads the epoch recorded by EpochMsg; 0 if none.
-func (b *Bucket) Epoch(ctx context.Context, prefix string) (uint64, error) {
-	e, err := b.kv.Get(ctx, EpochKey(prefix))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("index bucket %q: read %s: %w", b.name, EpochKey(prefix), err)
-	}
-	n, err := strconv.ParseUint(string(e.Value()), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("index bucket %q: %s: %w", b.name, EpochKey(prefix), err)
-	}
-	return n, nil
-}
-
 // CorruptError is returned by Load when values could not be decoded; every
 // other value was loaded.
 type CorruptError struct {
@@ -343,55 +352,4 @@ type Loaded struct {
 	// none). Their fingerprint is loaded as 0 (unknown): it cannot match
 	// one made now. relayd rewrites their entries without it.
 	OtherKey []string
-}
-
-// Load adds every object stored under prefix to x. Values that cannot be
-// decoded are skipped and reported by a *CorruptError once the others are
-// loaded.
-func (b *Bucket) Load(ctx context.Context, prefix string, x *Index) (Loaded, error) {
-	var l Loaded
-	w, err := b.kv.Watch(ctx, prefix+".>", jetstream.IgnoreDeletes())
-	if err != nil {
-		return l, fmt.Errorf("index bucket %q: read %s.*: %w", b.name, prefix, err)
-	}
-	defer func() { _ = w.Stop() }()
-	var corrupt *CorruptError
-	for {
-		select {
-		case <-ctx.Done():
-			return l, fmt.Errorf("index bucket %q: read %s.*: %w", b.name, prefix, ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return l, fmt.Errorf("index bucket %q: read %s.*: watcher closed", b.name, prefix)
-			}
-			if e == nil { // initial values done
-				if corrupt != nil {
-					return l, corrupt
-				}
-				return l, nil
-			}
-			var v value
-			var o Object
-			err := json.Unmarshal(e.Value(), &v)
-			if err == nil {
-				o, err = v.object()
-			}
-			if err != nil || v.UID == "" || v.Name == "" || v.ResourceVersion == "" {
-				if err == nil {
-					err = errors.New("uid, name or resourceVersion missing")
-				}
-				if corrupt == nil {
-					corrupt = &CorruptError{Err: err}
-				}
-				corrupt.Keys = append(corrupt.Keys, e.Key())
-				continue
-			}
-			if o.Fingerprint != 0 && v.FingerprintKeyID != b.keyID {
-				o.Fingerprint = 0
-				l.OtherKey = append(l.OtherKey, o.UID)
-			}
-			x.Put(o)
-			l.Objects++
-		}
-	}
 }

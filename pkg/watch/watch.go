@@ -57,7 +57,10 @@ type Positions interface {
 }
 
 // Bucket is the object index's bucket (an *index.Bucket): reads at load,
-// and the messages of the writes the pipeline makes after each PubAck.
+// and the messages of the writes the pipeline makes after each PubAck. The
+// real one shares the reads of the watches that load together (one status
+// request, one consumer; docs/ARCHITECTURE.md, "Start-up reads are
+// shared"), so a call may wait for the others' arrival.
 type Bucket interface {
 	Name() string
 	Generation(ctx context.Context) (index.Generation, error)
@@ -70,7 +73,9 @@ type Bucket interface {
 }
 
 // Stream is the event stream, read to catch the object index up with it (an
-// *index.StreamReader).
+// *index.StreamReader, which serves the catch-ups of the watches that start
+// together with one read: docs/ARCHITECTURE.md, "Start-up reads are
+// shared").
 type Stream interface {
 	CatchUp(ctx context.Context, log *zap.Logger, x *index.Index, c index.CatchUpOf) (index.CatchUpResult, error)
 }
