@@ -78,7 +78,7 @@ func TestSlowWatchResumesAfterTheAPIServerClosesIt(t *testing.T) {
 	w := startWriter(f, cms, 100)
 	time.Sleep(5 * time.Second) // changes relayd stores as they come
 	n.Stop()
-	t.Logf("NATS stopped for %v; %d changes written so far", outage, w.count())
+	t.Logf("NATS stopped at %s for %v; %d changes written so far", time.Now().UTC().Format("15:04:05.000"), outage, w.count())
 	time.Sleep(outage)
 	if err := n.Start(); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,24 @@ func TestSlowWatchResumesAfterTheAPIServerClosesIt(t *testing.T) {
 	}
 	t.Logf("writer stopped after %d changes", w.count())
 
-	f.waitEveryChangeHeaders(ref, 5*time.Minute)
+	// Each object's last version, which a relist would publish too: the
+	// checks below then say what happened on the way.
+	f.eventually(3*time.Minute, "each object's last version on the stream", func() error {
+		have := map[change]bool{}
+		for _, o := range f.storedOutline() {
+			have[o.c] = true
+		}
+		last := map[string]change{}
+		for _, c := range ref.changes() {
+			last[c.uid] = c
+		}
+		for _, c := range last {
+			if !have[c] && !have[change{c.uid, c.rv, "added"}] {
+				return fmt.Errorf("missing %+v", c)
+			}
+		}
+		return nil
+	})
 	checkSlowWatchStream(t, f, ref, objects)
 	reportSlowWatch(t, f, e, s)
 }
@@ -326,7 +343,7 @@ func checkSlowWatchStream(t *testing.T, f *fixture, ref *reference, objects int)
 	t.Logf("stream: %d messages, %d changes of %d objects (reference: %d), sync lists by reason %v", len(out), len(stored), len(final), len(want), markers)
 }
 
-var forcingRE = regexp.MustCompile(`Forcing \S+ watcher close due to unresponsiveness[^\n]*`)
+var forcingRE = regexp.MustCompile(`[^\n]*Forcing \S+ watcher close due to unresponsiveness[^\n]*`)
 
 // reportSlowWatch logs what the apiserver did (its log's "Forcing ...
 // watcher close" lines and its apiserver_terminated_watchers_total) and
