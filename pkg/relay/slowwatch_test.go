@@ -346,7 +346,8 @@ func checkSlowWatchStream(t *testing.T, f *fixture, ref *reference, objects int)
 var forcingRE = regexp.MustCompile(`[^\n]*Forcing \S+ watcher close due to unresponsiveness[^\n]*`)
 
 // reportSlowWatch logs what the apiserver did (its log's "Forcing ...
-// watcher close" lines and its apiserver_terminated_watchers_total) and
+// watcher close" lines, its apiserver_terminated_watchers_total and the
+// ConfigMaps' watch cache capacity) and
 // relayd's watch restarts and relists by reason, and checks that the
 // apiserver did close relayd's watch: without that this test would not
 // show the resume it is about.
@@ -371,7 +372,7 @@ func reportSlowWatch(t *testing.T, f *fixture, e *testenv.Env, s *served) {
 	}
 	var terminated []string
 	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(line, "apiserver_terminated_watchers_total") {
+		if strings.HasPrefix(line, "apiserver_terminated_watchers_total") || strings.HasPrefix(line, `watch_cache_capacity{group="",resource="configmaps"}`) {
 			terminated = append(terminated, line)
 		}
 	}
