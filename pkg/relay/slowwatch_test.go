@@ -29,7 +29,10 @@ import (
 //
 //	RELAYD_SLOW_WATCH_OUTAGE=60s go test -p 1 -run TestSlowWatch ./pkg/relay
 //
-// (docs/OPERATIONS.md, "A watch that stops reading").
+// (docs/OPERATIONS.md, "A watch that stops reading"). An outage longer
+// than the apiserver's watch cache holds (about 130 s at 100 changes/s)
+// ends in a 410 and a relist of reason expired, which the test then allows
+// and checks (markers, each object's last version).
 const slowWatchOutageEnv = "RELAYD_SLOW_WATCH_OUTAGE"
 
 // The slow watcher: while NATS is away relayd stops reading its watch
@@ -46,7 +49,8 @@ const slowWatchOutageEnv = "RELAYD_SLOW_WATCH_OUTAGE"
 func TestSlowWatchResumesAfterTheAPIServerClosesIt(t *testing.T) {
 	alongside(t)
 	outage := 20 * time.Second
-	if v := os.Getenv(slowWatchOutageEnv); v != "" {
+	v := os.Getenv(slowWatchOutageEnv)
+	if v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			t.Fatalf("%s=%q: %v", slowWatchOutageEnv, v, err)
@@ -108,8 +112,12 @@ func TestSlowWatchResumesAfterTheAPIServerClosesIt(t *testing.T) {
 		}
 		return nil
 	})
-	checkSlowWatchStream(t, f, ref, objects)
-	reportSlowWatch(t, f, e, s)
+	// An outage set longer than the watch cache's history ends in a 410
+	// and a relist: allowed there, when the apiserver said so (its "too old
+	// resource version", in relayd's log); the CI size stays well inside.
+	mayRelist := v != "" && strings.Contains(s.p.log(), `"error":"too old resource version:`)
+	checkSlowWatchStream(t, f, ref, objects, mayRelist)
+	reportSlowWatch(t, f, e, s, mayRelist)
 }
 
 // slowWriter updates its ConfigMaps round-robin at a fixed rate, from
@@ -275,8 +283,9 @@ func (f *fixture) markerReason(seq uint64) string {
 // each object's last change stored; no (object, resourceVersion) stored
 // twice; each object's changes in resourceVersion order; sync markers
 // paired, each with a reason, and none but the initial list's; and, with
-// no relist, every change stored.
-func checkSlowWatchStream(t *testing.T, f *fixture, ref *reference, objects int) {
+// no relist, every change stored. mayRelist: relists of reason expired
+// are allowed (the position left the watch cache), and changes they skip.
+func checkSlowWatchStream(t *testing.T, f *fixture, ref *reference, objects int, mayRelist bool) {
 	t.Helper()
 	out := f.storedOutline()
 	want := ref.changes()
@@ -328,7 +337,9 @@ func checkSlowWatchStream(t *testing.T, f *fixture, ref *reference, objects int)
 	}
 	// The claim: the closed watch resumed from its position, so the only
 	// list is the initial one and every change is stored.
-	if len(started) != 1 || markers["initial"] != 1 {
+	if mayRelist && len(started) == 1+markers["expired"] && markers["initial"] == 1 {
+		t.Logf("the position left the watch cache (410): %d relists of reason expired, with their markers", markers["expired"])
+	} else if len(started) != 1 || markers["initial"] != 1 {
 		t.Errorf("relists (sync.started by reason): %v, want only the initial list: the closed watch was not resumed from its position", markers)
 	}
 	missing := 0
@@ -337,7 +348,7 @@ func checkSlowWatchStream(t *testing.T, f *fixture, ref *reference, objects int)
 			missing++
 		}
 	}
-	if missing > 0 {
+	if missing > 0 && !(mayRelist && markers["expired"] > 0) {
 		t.Errorf("%d of %d changes not stored", missing, len(want))
 	}
 	t.Logf("stream: %d messages, %d changes of %d objects (reference: %d), sync lists by reason %v", len(out), len(stored), len(final), len(want), markers)
@@ -351,7 +362,7 @@ var forcingRE = regexp.MustCompile(`[^\n]*Forcing \S+ watcher close due to unres
 // relayd's watch restarts and relists by reason, and checks that the
 // apiserver did close relayd's watch: without that this test would not
 // show the resume it is about.
-func reportSlowWatch(t *testing.T, f *fixture, e *testenv.Env, s *served) {
+func reportSlowWatch(t *testing.T, f *fixture, e *testenv.Env, s *served, mayRelist bool) {
 	t.Helper()
 	logs, _ := filepath.Glob(filepath.Join(e.Dir(), "apiserver.*.log"))
 	var forced []string
@@ -392,7 +403,7 @@ func reportSlowWatch(t *testing.T, f *fixture, e *testenv.Env, s *served) {
 		}
 		t.Logf("relayd %s: %s", name, strings.Join(got, " "))
 	}
-	if v, err := s.metric("relayd_relists_total", map[string]string{"source": "cms", "reason": "expired"}); err == nil && v > 0 {
+	if v, err := s.metric("relayd_relists_total", map[string]string{"source": "cms", "reason": "expired"}); err == nil && v > 0 && !mayRelist {
 		t.Errorf("relayd_relists_total{reason=\"expired\"} = %v: relayd relisted where it should have resumed", v)
 	}
 	if t.Failed() || testing.Verbose() {
