@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,12 +83,21 @@ func TestSlowWatchResumesAfterTheAPIServerClosesIt(t *testing.T) {
 	w := startWriter(f, cms, 100)
 	time.Sleep(5 * time.Second) // changes relayd stores as they come
 	n.Stop()
+	stopped := time.Now()
 	t.Logf("NATS stopped at %s for %v; %d changes written so far", time.Now().UTC().Format("15:04:05.000"), outage, w.count())
 	time.Sleep(outage)
+	if v == "" {
+		// On a slow machine the writer is slower and the apiserver's
+		// buffers take longer to fill: NATS stays away until it closed
+		// the watch (what this test is about), up to a minute more.
+		for end := time.Now().Add(time.Minute); terminatedWatchers(t, f) == 0 && time.Now().Before(end); {
+			time.Sleep(time.Second)
+		}
+	}
 	if err := n.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("NATS started again; %d changes written so far", w.count())
+	t.Logf("NATS started again after %v; %d changes written so far", time.Since(stopped).Round(time.Millisecond), w.count())
 	time.Sleep(5 * time.Second) // changes made while relayd catches up
 	if err := w.stop(); err != nil {
 		t.Fatal(err)
@@ -352,6 +362,26 @@ func checkSlowWatchStream(t *testing.T, f *fixture, ref *reference, objects int,
 		t.Errorf("%d of %d changes not stored", missing, len(want))
 	}
 	t.Logf("stream: %d messages, %d changes of %d objects (reference: %d), sync lists by reason %v", len(out), len(stored), len(final), len(want), markers)
+}
+
+// terminatedWatchers is the apiserver's count of ConfigMap watchers it
+// closed for unresponsiveness (apiserver_terminated_watchers_total).
+func terminatedWatchers(t *testing.T, f *fixture) float64 {
+	t.Helper()
+	raw, err := f.cs.RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, `apiserver_terminated_watchers_total{group="",resource="configmaps"} `); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 var forcingRE = regexp.MustCompile(`[^\n]*Forcing \S+ watcher close due to unresponsiveness[^\n]*`)
