@@ -49,7 +49,7 @@ func (r *relay) newWatches(src *config.Source) []running {
 		r.log.Error("source shaping options do not compile; publishing without drop and ignoreChanges", zap.String("source", src.Name), zap.Error(err))
 		shaping = nil
 	}
-	var ws []running
+	ws, resolver := []running(nil), source.NewSharedResolver(r.disco) // one discovery request for all its watches
 	for _, ns := range namespaces {
 		var w *watch.Watch
 		pipe := r.sink.NewPipeline(src.Name, func(a sink.Advance) { w.Advance(a) })
@@ -59,7 +59,7 @@ func (r *relay) newWatches(src *config.Source) []running {
 			Pipe: pipe, Positions: r.store, Stream: r.events,
 			Ready:      r.watchesMayRun,
 			Bucket:     func() watch.Bucket { return r.bucket.Load() },
-			Resolve:    func(s *config.Source) (event.Resource, error) { return source.Resolve(r.disco, s) },
+			Resolve:    resolver.Resolve,
 			NewWatcher: r.newWatcher,
 			IsSelf:     r.isSelf,
 			OnState:    func(bool) { r.sourceUp(src.Name) },

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,4 +119,39 @@ func elsewhere(disco discovery.DiscoveryInterface, src *config.Source, notIn str
 		return ""
 	}
 	return fmt.Sprintf("; did you mean %s in %s?", s, strings.Join(where[s], " or "))
+}
+
+// SharedResolver resolves one source once for all of its watches: a source
+// listing 10,000 namespaces has 10,000 watches, and a discovery request for
+// each at start would queue them behind the apiserver client's rate
+// limiter for minutes. The first successful resolution is kept for the
+// life of the process (as each watch kept its own before); a failure is
+// not kept, so the next watch (or retry) asks discovery again. Calls are
+// serialised: the watches that start together wait for one request.
+type SharedResolver struct {
+	disco discovery.DiscoveryInterface
+	mu    sync.Mutex
+	res   event.Resource
+	ok    bool
+}
+
+// NewSharedResolver returns a SharedResolver over disco, for one source.
+func NewSharedResolver(disco discovery.DiscoveryInterface) *SharedResolver {
+	return &SharedResolver{disco: disco}
+}
+
+// Resolve is [Resolve] for src, asked of discovery until it succeeds once.
+// Every call must pass the same source.
+func (s *SharedResolver) Resolve(src *config.Source) (event.Resource, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ok {
+		return s.res, nil
+	}
+	res, err := Resolve(s.disco, src)
+	if err != nil {
+		return event.Resource{}, err
+	}
+	s.res, s.ok = res, true
+	return res, nil
 }

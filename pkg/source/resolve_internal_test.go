@@ -2,8 +2,12 @@ package source
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/relayd/relayd/internal/testenv"
@@ -59,5 +63,61 @@ func TestResolveAgainstRealDiscovery(t *testing.T) {
 				t.Fatalf("got %+v, want resource %s namespaced=%v", r, c.res, c.nsd)
 			}
 		})
+	}
+}
+
+// countingDiscovery counts the group/version discovery requests made
+// through it (to the real apiserver).
+type countingDiscovery struct {
+	discovery.DiscoveryInterface
+	n atomic.Int64
+}
+
+func (c *countingDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	c.n.Add(1)
+	return c.DiscoveryInterface.ServerResourcesForGroupVersion(gv)
+}
+
+// The watches of one source share one discovery request: 200 watches (a
+// source listing 200 namespaces) that resolve at once ask the apiserver
+// once, and all get the same resource. A failure is not kept: a source
+// whose kind is missing asks again at each try.
+func TestSharedResolverAsksDiscoveryOnce(t *testing.T) {
+	cs, err := kubernetes.NewForConfig(apiserver(t).AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	disco := &countingDiscovery{DiscoveryInterface: cs.Discovery()}
+	src := &config.Source{APIVersion: "apps/v1", Kind: "Deployment"}
+	r := NewSharedResolver(disco)
+	var wg sync.WaitGroup
+	got := make([]string, 200)
+	errs := make([]error, 200)
+	for i := range got {
+		wg.Go(func() {
+			res, err := r.Resolve(src)
+			got[i], errs[i] = res.Resource, err
+		})
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil || got[i] != "deployments" {
+			t.Fatalf("watch %d: %q, %v; want deployments", i, got[i], errs[i])
+		}
+	}
+	if n := disco.n.Load(); n != 1 {
+		t.Errorf("200 watches of one source made %d discovery requests, want 1", n)
+	}
+
+	disco.n.Store(0)
+	bad := NewSharedResolver(disco)
+	missing := &config.Source{APIVersion: "v1", Kind: "Frobnicator"}
+	for range 3 {
+		if _, err := bad.Resolve(missing); err == nil || !strings.Contains(err.Error(), "kind Frobnicator is not served in v1") {
+			t.Fatalf("got %v, want kind Frobnicator is not served", err)
+		}
+	}
+	if n := disco.n.Load(); n != 3 {
+		t.Errorf("3 tries of a source whose kind is not served made %d discovery requests, want 3 (a failure is not kept)", n)
 	}
 }
