@@ -438,7 +438,7 @@ func reportSlowWatch(t *testing.T, f *fixture, e *testenv.Env, s *served, mayRel
 	}
 	if t.Failed() || testing.Verbose() {
 		for _, line := range strings.Split(s.p.log(), "\n") {
-			if strings.Contains(line, "watch") && (strings.Contains(line, "WARN") || strings.Contains(line, "warn") || strings.Contains(line, "relist")) {
+			if strings.Contains(line, "recovered") || strings.Contains(line, "watch") && (strings.Contains(line, "WARN") || strings.Contains(line, "warn") || strings.Contains(line, "relist")) {
 				t.Logf("relayd: %s", line)
 			}
 		}

@@ -99,6 +99,10 @@ type Options struct {
 	// on them), naming the stream, whenever that changes, and with "" once
 	// every pipeline's publishes are stored again. Calls are serialised.
 	OnUndeliverable func(reason string)
+
+	// after waits out one retry backoff step; nil = time.After. Package
+	// tests count the waits through it.
+	after func(time.Duration) <-chan time.Time
 }
 
 // target is where a message must be stored: the stream, and what the
@@ -175,6 +179,9 @@ func New(o Options) (*Sink, error) {
 	if o.ProcessInFlightBytes <= 0 {
 		o.ProcessInFlightBytes = DefaultProcessInFlightBytes
 	}
+	if o.after == nil {
+		o.after = time.After
+	}
 	if o.RetryBackoff.Duration == 0 {
 		o.RetryBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
 	}
@@ -245,15 +252,17 @@ type pending struct {
 // Pipeline is the publish window of one watch. Submit is called from the
 // watch goroutine only; the pipeline's own goroutine consumes acks.
 type Pipeline struct {
-	s           *Sink
-	source      string
-	log         *zap.Logger
-	failures    *retry.Failures // "publish failed; retrying": logged when a run of failures starts, summarised, and when an ack ends it
-	onAdvance   func(Advance)
-	slots       chan struct{}       // window: one token per entry not yet done
-	bytes       *semaphore.Weighted // the pipeline's byte budget
-	queue       chan *pending       // entries in submission order; never blocks (cap == window)
-	followQueue chan *pending       // stage 2: entries whose first message is acked
+	s      *Sink
+	source string
+	log    *zap.Logger
+	// evStage and followStage are the retry state of stage 1 (events) and
+	// stage 2 (follow-up writes).
+	evStage, followStage *stage
+	onAdvance            func(Advance)
+	slots                chan struct{}       // window: one token per entry not yet done
+	bytes                *semaphore.Weighted // the pipeline's byte budget
+	queue                chan *pending       // entries in submission order; never blocks (cap == window)
+	followQueue          chan *pending       // stage 2: entries whose first message is acked
 
 	mu        sync.Mutex
 	inflight  map[string]chan struct{} // object key -> done of its in-flight message
@@ -297,7 +306,7 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 		dups:        s.o.Metrics.Duplicates.WithLabelValues(source),
 		events:      map[eventKey]prometheus.Counter{},
 	}
-	p.failures = retry.NewFailures(p.log, "publish failed; retrying (the watch is paused meanwhile)", retry.AtLevel(zapcore.WarnLevel))
+	p.evStage, p.followStage = p.newStage(p.queue), p.newStage(p.followQueue)
 	for _, t := range []event.Type{event.Added, event.Modified, event.Deleted} {
 		for _, o := range []event.Origin{event.OriginWatch, event.OriginInitial, event.OriginResync} {
 			p.events[eventKey{t, o}] = s.o.Metrics.Events.WithLabelValues(source, string(t), string(o))
@@ -306,6 +315,26 @@ func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 	go p.run(ctx)
 	go p.runFollowUps(ctx)
 	return p
+}
+
+// stage is the retry state of one stage of a pipeline.
+type stage struct {
+	// failures reports "publish failed; retrying": logged when a run of
+	// failures starts, summarised, and when it ends (see await).
+	failures *retry.Failures
+	queue    chan *pending // the entries behind the one awaited
+	// resumed is set when a retried publish is acked and cleared when a
+	// first publish is: the publishes behind a retried one failed in the
+	// same outage (their acks timed out while NATS was away; the client
+	// sent them on reconnect), so each is republished at once, not after a
+	// backoff step of its own: a window of 256 would otherwise take 256
+	// steps (~30 s) to catch up while the watch's position ages.
+	resumed atomic.Bool
+}
+
+func (p *Pipeline) newStage(queue chan *pending) *stage {
+	return &stage{queue: queue,
+		failures: retry.NewFailures(p.log, "publish failed; retrying (the watch is paused meanwhile)", retry.AtLevel(zapcore.WarnLevel))}
 }
 
 // Submit adds e to the window. It blocks while the window is full or while
@@ -511,7 +540,7 @@ func (p *Pipeline) run(ctx context.Context) {
 			return
 		}
 		if pe.e.Msg != nil {
-			if !p.await(ctx, pe.e.Msg, p.s.events, &pe.future, func(ack *jetstream.PubAck) { p.eventAcked(pe, ack) }) {
+			if !p.await(ctx, p.evStage, pe.e.Msg, p.s.events, &pe.future, func(ack *jetstream.PubAck) { p.eventAcked(pe, ack) }) {
 				return
 			}
 			if pe.e.FollowUp != nil {
@@ -537,7 +566,7 @@ func (p *Pipeline) runFollowUps(ctx context.Context) {
 			return
 		}
 		if pe.e.FollowUp != nil {
-			if !p.await(ctx, pe.e.FollowUp, p.s.followUps, &pe.followFuture, p.followUpAcked) {
+			if !p.await(ctx, p.followStage, pe.e.FollowUp, p.s.followUps, &pe.followFuture, p.followUpAcked) {
 				return
 			}
 		}
@@ -588,8 +617,10 @@ const reconnectPoll = 100 * time.Millisecond
 // await waits for the PubAck of m (*f is its future, nil if the last publish
 // failed synchronously), republishing it (same Msg-Id, stored in to.stream)
 // with backoff until one arrives, and calls onAck with it. It returns false
-// only when the pipeline is closed.
-func (p *Pipeline) await(ctx context.Context, m *event.Message, to target, f *jetstream.PubAckFuture, onAck func(*jetstream.PubAck)) bool {
+// only when the pipeline is closed. st is the stage's retry state: the
+// failures of one outage are one run, and after a retried publish is acked
+// the failed ones behind it are republished without a backoff step each.
+func (p *Pipeline) await(ctx context.Context, st *stage, m *event.Message, to target, f *jetstream.PubAckFuture, onAck func(*jetstream.PubAck)) bool {
 	backoff := p.s.o.RetryBackoff
 	for attempt := 0; ; attempt++ {
 		var err error
@@ -601,9 +632,15 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, to target, f *je
 				p.unacked--
 				p.mu.Unlock()
 				onAck(ack)
+				st.resumed.Store(attempt > 0)
 				if attempt > 0 {
 					p.s.undeliverable.set(p, to.stream, "")
-					p.failures.OK(zap.String("subject", m.Subject), zap.String("stream", to.stream), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
+				}
+				// One run of failures per outage, not one per entry of the
+				// window: it ends at a first publish acked, or when
+				// nothing waits behind this one.
+				if st.failures.Failing() > 0 && (attempt == 0 || len(st.queue) == 0) {
+					st.failures.OK(zap.String("subject", m.Subject), zap.String("stream", to.stream), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
 				}
 				return true
 			case err = <-(*f).Err():
@@ -618,12 +655,14 @@ func (p *Pipeline) await(ctx context.Context, m *event.Message, to target, f *je
 				p.s.undeliverable.set(p, to.stream, why)
 				fields = append(fields, zap.String("why", why))
 			}
-			p.failures.Fail(err, fields...)
+			st.failures.Fail(err, fields...)
 		}
-		select {
-		case <-time.After(backoff.Step()):
-		case <-ctx.Done():
-			return false
+		if attempt > 0 || !st.resumed.Load() {
+			select {
+			case <-p.s.o.after(backoff.Step()):
+			case <-ctx.Done():
+				return false
+			}
 		}
 		for p.s.o.Connected != nil && !p.s.o.Connected() {
 			select {

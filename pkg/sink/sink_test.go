@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/relayd/relayd/pkg/event"
@@ -384,5 +385,80 @@ func TestNoRetryWhileDisconnected(t *testing.T) {
 	ack(retry)
 	if got := fake.order(); len(got) != 2 {
 		t.Fatalf("publishes %v, want a1 once before and once after the reconnect", got)
+	}
+}
+
+// After an outage every publish of the window failed (their acks timed
+// out); once the first is republished and acked, the ones behind it are
+// republished at once, in order, without a backoff step each. A later
+// failure, after a first publish was acked, waits its backoff again.
+func TestPublishesBehindARetriedOneAreRepublishedAtOnce(t *testing.T) {
+	fake := newFake()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waits atomic.Int64
+	core, logs := observer.New(zap.InfoLevel)
+	s, err := New(Options{JetStream: fake, Logger: zap.New(core), Metrics: m, MaxInFlight: 8,
+		RetryBackoff: wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1 << 30},
+		after: func(d time.Duration) <-chan time.Time {
+			waits.Add(1)
+			return time.After(d)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.NewPipeline("src", func(Advance) {})
+	t.Cleanup(p.Close)
+	ids := []string{"a1", "a2", "a3", "a4", "a5"}
+	for i, id := range ids {
+		if err := p.Submit(t.Context(), entry(id, "obj-"+id, string(rune('1'+i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := make([]*future, len(ids))
+	for i := range ids {
+		first[i] = fake.next(t)
+	}
+	for _, f := range first {
+		fail(f, nats.ErrTimeout)
+	}
+	for _, id := range ids {
+		f := fake.next(t)
+		if got := f.msg.Header.Get(jetstream.MsgIDHeader); got != id {
+			t.Fatalf("republished %s, want %s (in order)", got, id)
+		}
+		ack(f)
+	}
+	if err := p.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := waits.Load(); n != 1 {
+		t.Errorf("republishing a window of 5 failed publishes waited %d backoff steps, want 1 (the first's)", n)
+	}
+	// One run of failures: logged when it starts and when it ends, not
+	// once per entry of the window.
+	failed := logs.FilterMessage("publish failed; retrying (the watch is paused meanwhile)").Len()
+	recovered := logs.FilterMessage("publish failed; retrying (the watch is paused meanwhile): recovered").Len()
+	if failed != 1 || recovered != 1 {
+		t.Errorf("a window of 5 failed publishes logged %d failure and %d recovery lines, want 1 and 1", failed, recovered)
+	}
+
+	// The backlog is over once a first publish is acked.
+	if err := p.Submit(t.Context(), entry("b1", "obj-b1", "10")); err != nil {
+		t.Fatal(err)
+	}
+	ack(fake.next(t))
+	if err := p.Submit(t.Context(), entry("b2", "obj-b2", "11")); err != nil {
+		t.Fatal(err)
+	}
+	fail(fake.next(t), nats.ErrTimeout)
+	ack(fake.next(t))
+	if err := p.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := waits.Load(); n != 2 {
+		t.Errorf("a failure after an acked first publish waited %d backoff steps in all, want 2", n)
 	}
 }
