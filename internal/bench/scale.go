@@ -66,13 +66,16 @@ func (o *ScaleOptions) flush() time.Duration {
 	return flushInterval
 }
 
-// scaleConfig is relaydConfig with the checkpoint flush interval of so.
+// scaleConfig is relaydConfig with a checkpoint ConfigMap of the cluster's
+// own (the steps on the real apiserver share it: a checkpoint left by an
+// earlier size would name another index bucket and make relayd relist) and
+// the checkpoint flush interval of so.
 func (h *harness) scaleConfig(so ScaleOptions, cluster, stream, extra, sources string) string {
-	cfg := h.relaydConfig(cluster, stream, extra, sources)
-	if so.FlushInterval <= 0 {
-		return cfg
+	ckpt := "  name: relayd-checkpoint-" + cluster + "\n"
+	if so.FlushInterval > 0 {
+		ckpt += fmt.Sprintf("  flushInterval: %s\n", so.FlushInterval)
 	}
-	return strings.Replace(cfg, "  name: relayd-checkpoint\n", fmt.Sprintf("  name: relayd-checkpoint\n  flushInterval: %s\n", so.FlushInterval), 1)
+	return strings.Replace(h.relaydConfig(cluster, stream, extra, sources), "  name: relayd-checkpoint\n", ckpt, 1)
 }
 
 func (o *ScaleOptions) has(s string) bool {
@@ -519,7 +522,7 @@ func (h *harness) trackedPoint(ctx context.Context, so ScaleOptions, rep *ScaleR
 		return err
 	}
 	defer change.close()
-	r2, res, err := h.restart(ctx, fmt.Sprintf("restart-%d-%s", n, id), cfg, kc, change, nil, 10*time.Minute)
+	r2, res, err := h.restart(ctx, fmt.Sprintf("restart-%d-%s", n, id), cfg, kc, change, nil, 0, 10*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -543,8 +546,9 @@ func (h *harness) trackedPoint(ctx context.Context, so ScaleOptions, rep *ScaleR
 
 // restart starts relayd (stopped cleanly before) and measures it until the
 // first message of change and a quiet second; stopChanges (if set) is
-// called once the change has arrived.
-func (h *harness) restart(ctx context.Context, name, cfg, kc string, change *firstMessage, stopChanges func(), timeout time.Duration) (*relayd, *RestartResult, error) {
+// called once the change has arrived. Relists and consumers created are
+// counted settle later.
+func (h *harness) restart(ctx context.Context, name, cfg, kc string, change *firstMessage, stopChanges func(), settle, timeout time.Duration) (*relayd, *RestartResult, error) {
 	cc, err := h.countConsumerCreates()
 	if err != nil {
 		return nil, nil, err
@@ -580,7 +584,16 @@ func (h *harness) restart(ctx context.Context, name, cfg, kc string, change *fir
 		return fail(err)
 	}
 	res.RSS, res.Entries = st.RSS, st.Tracked
-	res.Relists = st.m.Sum("relayd_relists_total", nil)
+	select {
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	case <-time.After(settle):
+	}
+	m, err := Scrape(ctx, r.metrics)
+	if err != nil {
+		return fail(err)
+	}
+	res.Relists = m.Sum("relayd_relists_total", nil)
 	res.ConsumersCreated = cc.count()
 	return r, res, nil
 }

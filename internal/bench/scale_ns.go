@@ -172,17 +172,13 @@ func (h *harness) namespacePoint(ctx context.Context, so ScaleOptions, cs kubern
 		return nil, err
 	}
 	defer again.close()
-	r2, res, err := h.restart(ctx, fmt.Sprintf("namespaces-%d-%s-restart", n, id), cfg, kc, again, changer(ctx, cs, last), 20*time.Minute)
+	r2, res, err := h.restart(ctx, fmt.Sprintf("namespaces-%d-%s-restart", n, id), cfg, kc, again, changer(ctx, cs, last),
+		checkpointFlushes(so), 20*time.Minute)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = r2.Stop(2 * time.Minute) }()
 	p.Restart = *res
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(checkpointFlushes(so)):
-	}
 	m, err := Scrape(ctx, r2.metrics)
 	if err != nil {
 		return nil, err
