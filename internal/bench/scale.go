@@ -491,8 +491,12 @@ func (h *harness) trackedPoint(ctx context.Context, so ScaleOptions, rep *ScaleR
 	if err != nil {
 		return err
 	}
-	if err := h.snoop.WaitCount(ctx, stream, int64(n+2*len(sources)), 10*time.Minute, r.alive); err != nil {
-		return err
+	// Every object and marker is published before the last sync.completed
+	// is: what is missing by then (a minute later) is missing.
+	want := int64(n + 2*len(sources))
+	if err := h.snoop.WaitCount(ctx, stream, want, time.Minute, r.alive); err != nil {
+		return fmt.Errorf("%d of %d messages (objects and sync markers) acknowledged a minute after the last sync.completed: %w",
+			h.snoop.Count(stream), want, err)
 	}
 	h.snoop.Quiet(ctx, time.Second)
 	st, err := r.steady(ctx)
