@@ -569,7 +569,11 @@ func (h *harness) restart(ctx context.Context, name, cfg, kc string, change *fir
 		return nil, nil, err
 	}
 	if err := r.waitReady(ctx, timeout); err != nil {
-		return fail(err)
+		relists := "n/a"
+		if m, serr := Scrape(ctx, r.metrics); serr == nil {
+			relists = fmt.Sprintf("%.0f", m.Sum("relayd_relists_total", nil))
+		}
+		return fail(fmt.Errorf("restart: %w (so far: %d JetStream consumers created, %s relists)", err, cc.count(), relists))
 	}
 	res.Ready = time.Since(t0).Seconds()
 	res.FirstChange, err = change.wait(ctx, t0, timeout, r.alive)

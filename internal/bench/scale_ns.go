@@ -91,6 +91,14 @@ func (h *harness) scaleNamespaces(ctx context.Context, so ScaleOptions, rep *Sca
 	if err != nil {
 		return err
 	}
+	// The slope of the sizes measured, also when a larger one fails.
+	defer func() {
+		var xs, ys []float64
+		for _, p := range rep.Namespaces {
+			xs, ys = append(xs, float64(p.Namespaces)), append(ys, float64(p.RSS))
+		}
+		rep.MemoryPerWatch = slope(xs, ys)
+	}()
 	for _, n := range so.WatchNamespaces {
 		p, err := h.namespacePoint(ctx, so, cs, kc, n)
 		if err != nil {
@@ -100,11 +108,6 @@ func (h *harness) scaleNamespaces(ctx context.Context, so ScaleOptions, rep *Sca
 			n, p.FirstChange, p.Ready, p.CheckpointErrors, mib(p.RSS), p.Restart.FirstChange, p.Restart.Relists, p.Restart.ConsumersCreated)
 		rep.Namespaces = append(rep.Namespaces, *p)
 	}
-	var xs, ys []float64
-	for _, p := range rep.Namespaces {
-		xs, ys = append(xs, float64(p.Namespaces)), append(ys, float64(p.RSS))
-	}
-	rep.MemoryPerWatch = slope(xs, ys)
 	return nil
 }
 
@@ -142,12 +145,12 @@ func (h *harness) namespacePoint(ctx context.Context, so ScaleOptions, cs kubern
 	}
 	defer func() { _ = r.Stop(2 * time.Minute) }()
 	p := &NamespacePoint{Namespaces: n}
-	p.FirstChange, err = change.wait(ctx, t0, 20*time.Minute, r.alive)
+	p.FirstChange, err = change.wait(ctx, t0, 10*time.Minute, r.alive)
 	stop()
 	if err != nil {
 		return nil, err
 	}
-	if err := r.waitReady(ctx, 20*time.Minute); err != nil {
+	if err := r.waitReady(ctx, 10*time.Minute); err != nil {
 		return nil, err
 	}
 	p.Ready = time.Since(t0).Seconds()
@@ -173,7 +176,7 @@ func (h *harness) namespacePoint(ctx context.Context, so ScaleOptions, cs kubern
 	}
 	defer again.close()
 	r2, res, err := h.restart(ctx, fmt.Sprintf("namespaces-%d-%s-restart", n, id), cfg, kc, again, changer(ctx, cs, last),
-		checkpointFlushes(so), 20*time.Minute)
+		checkpointFlushes(so), 5*time.Minute)
 	if err != nil {
 		return nil, err
 	}

@@ -166,12 +166,21 @@ func (r *ScaleReport) namespaceGoals() []Goal {
 			wrc = p
 		}
 	}
-	return []Goal{
+	g := []Goal{
 		atMost(ckpt, "0", fmt.Sprintf("%.0f at %d namespaces (%.0f writes)", wc.CheckpointErrors, wc.Namespaces, wc.CheckpointWrites), wc.CheckpointErrors, 0),
 		atMost(relists, "0", fmt.Sprintf("%.0f at %d namespaces", wr.Restart.Relists, wr.Namespaces), wr.Restart.Relists, 0),
 		consumersGoal(creates, wk.Restart.ConsumersCreated, 1, fmt.Sprintf(" at %d namespaces", wk.Namespaces)),
 		atMost(ckptRest, "0", fmt.Sprintf("%.0f at %d namespaces", wrc.RestartCheckpointErrors, wrc.Namespaces), wrc.RestartCheckpointErrors, 0),
 	}
+	// A larger size failed: the smaller sizes' figures do not judge it.
+	if e := r.Errors[StepNamespaces]; e != "" {
+		for i, x := range g {
+			if x.Met {
+				g[i] = notMeasured(x.What, x.Goal, x.Measured, "a larger size failed: "+e)
+			}
+		}
+	}
+	return g
 }
 
 // Markdown writes the report's tables.

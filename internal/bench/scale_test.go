@@ -129,6 +129,11 @@ func TestScaleReportGoals(t *testing.T) {
 		{prefix: "410 of the pods alone", notMeasured: true, miss: "run at 150 pods, the goal is at 150000"},
 		{prefix: "per-namespace watches: checkpoint errors during start", notMeasured: true, miss: "the step failed: bench: namespaces: boom"},
 		{prefix: "per-namespace watches: JetStream consumers", notMeasured: true, miss: "boom"},
+	}}, {"a larger size failed", &ScaleReport{Options: ScaleOptions{Steps: []string{StepNamespaces}},
+		Namespaces: []NamespacePoint{{Namespaces: 100, Restart: RestartResult{ConsumersCreated: 200}}},
+		Errors:     map[string]string{StepNamespaces: "bench: namespaces: 5000 namespaces: not ready"}}, []want{
+		{prefix: "per-namespace watches: checkpoint errors during start", notMeasured: true, miss: "a larger size failed: bench: namespaces: 5000 namespaces: not ready", measured: "0 at 100 namespaces"},
+		{prefix: "per-namespace watches: JetStream consumers", miss: "100.00× the goal"},
 	}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			goals := tc.r.Goals()
