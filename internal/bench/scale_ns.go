@@ -101,12 +101,14 @@ func (h *harness) scaleNamespaces(ctx context.Context, so ScaleOptions, rep *Sca
 	}()
 	for _, n := range so.WatchNamespaces {
 		p, err := h.namespacePoint(ctx, so, cs, kc, n)
+		if p != nil && p.Ready > 0 {
+			rep.Namespaces = append(rep.Namespaces, *p) // the first start's figures
+		}
 		if err != nil {
 			return fmt.Errorf("%d namespaces: %w", n, err)
 		}
-		h.logf("bench: %d namespaces: change in the last one relayed %.2fs after start (ready %.2fs), %.0f checkpoint errors, RSS %.1f MiB; restart: first change %.2fs, %.0f relists, %d consumers created",
-			n, p.FirstChange, p.Ready, p.CheckpointErrors, mib(p.RSS), p.Restart.FirstChange, p.Restart.Relists, p.Restart.ConsumersCreated)
-		rep.Namespaces = append(rep.Namespaces, *p)
+		h.logf("bench: %d namespaces: restart: first change %.2fs, %.0f relists, %d consumers created, %.0f checkpoint errors",
+			n, p.Restart.FirstChange, p.Restart.Relists, p.Restart.ConsumersCreated, p.RestartCheckpointErrors)
 	}
 	return nil
 }
@@ -166,25 +168,28 @@ func (h *harness) namespacePoint(ctx context.Context, so ScaleOptions, cs kubern
 	p.RSS, p.Goroutines = st.RSS, st.Goroutines
 	p.CheckpointErrors = st.m.Sum("relayd_checkpoint_errors_total", nil)
 	p.CheckpointWrites = st.m.Sum("relayd_checkpoint_writes_total", nil)
+	h.logf("bench: %d namespaces: change in the last one relayed %.2fs after start (ready %.2fs), %.0f checkpoint writes and %.0f errors, RSS %.1f MiB, %.0f goroutines",
+		n, p.FirstChange, p.Ready, p.CheckpointWrites, p.CheckpointErrors, mib(p.RSS), p.Goroutines)
 	if err := r.Stop(2 * time.Minute); err != nil {
-		return nil, fmt.Errorf("relayd stop: %w", err)
+		return p, fmt.Errorf("relayd stop: %w", err)
 	}
 
+	// From here on, an error returns the first start's figures with it.
 	again, err := h.firstMessage(subject)
 	if err != nil {
-		return nil, err
+		return p, err
 	}
 	defer again.close()
 	r2, res, err := h.restart(ctx, fmt.Sprintf("namespaces-%d-%s-restart", n, id), cfg, kc, again, changer(ctx, cs, last),
 		checkpointFlushes(so), 5*time.Minute)
 	if err != nil {
-		return nil, err
+		return p, err
 	}
 	defer func() { _ = r2.Stop(2 * time.Minute) }()
 	p.Restart = *res
 	m, err := Scrape(ctx, r2.metrics)
 	if err != nil {
-		return nil, err
+		return p, err
 	}
 	p.RestartCheckpointErrors = m.Sum("relayd_checkpoint_errors_total", nil)
 	return p, nil

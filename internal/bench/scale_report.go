@@ -237,8 +237,12 @@ func (r *ScaleReport) Markdown(w io.Writer) {
 		p("#### S4. Per-namespace watches (real kube-apiserver; one source, a ConfigMap per namespace, changed every 250 ms in the last one)\n\n")
 		p("| namespaces | start → change in the last relayed | start → ready | checkpoint writes / errors | RSS | goroutines | restart: ready | first change | relists | consumers created | checkpoint errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, n := range r.Namespaces {
-			p("| %d | %.2f s | %.2f s | %.0f / %.0f | %.1f MiB | %.0f | %.2f s | %.2f s | %.0f | %d | %.0f |\n", n.Namespaces, n.FirstChange, n.Ready,
-				n.CheckpointWrites, n.CheckpointErrors, mib(n.RSS), n.Goroutines, n.Restart.Ready, n.Restart.FirstChange, n.Restart.Relists, n.Restart.ConsumersCreated, n.RestartCheckpointErrors)
+			restart := fmt.Sprintf("%.2f s | %.2f s | %.0f | %d | %.0f", n.Restart.Ready, n.Restart.FirstChange, n.Restart.Relists, n.Restart.ConsumersCreated, n.RestartCheckpointErrors)
+			if n.Restart.Ready == 0 {
+				restart = "failed (below) | | | |"
+			}
+			p("| %d | %.2f s | %.2f s | %.0f / %.0f | %.1f MiB | %.0f | %s |\n", n.Namespaces, n.FirstChange, n.Ready,
+				n.CheckpointWrites, n.CheckpointErrors, mib(n.RSS), n.Goroutines, restart)
 		}
 		p("\nSlope (least squares): RSS %.0f B per watch.\n\n", r.MemoryPerWatch)
 	}
