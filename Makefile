@@ -99,6 +99,18 @@ bench: testenv-bins-current build ## Measure relayd next to client-go consumers 
 	$(GO) build -o $(BENCH_DIR)/relayd-bench ./internal/bench/cmd/relayd-bench
 	$(BENCH_DIR)/relayd-bench run -relayd $(BIN)/relayd -cache $(BENCH_DIR) $(BENCHFLAGS)
 
+# `make bench-scale` (docs/PERFORMANCE.md, "Scale"): relayd at the size of
+# the largest clusters, same harness and report style as `make bench`.
+# SCALEFLAGS go to relayd-bench scale (e.g. SCALEFLAGS=-quick for a
+# CI-sized smoke run, SCALEFLAGS="-steps tracked -objects 10000,100000";
+# -h lists them).
+SCALEFLAGS ?=
+.PHONY: bench-scale
+bench-scale: testenv-bins-current build ## Measure relayd at scale: 1M tracked objects (replayed), restart and 410 at 1M, per-namespace watches and 200 sources on kube-apiserver; see docs/PERFORMANCE.md "Scale" (< 30 min on 2 cores; SCALEFLAGS=-quick: a few minutes).
+	@mkdir -p $(BENCH_DIR)
+	$(GO) build -o $(BENCH_DIR)/relayd-bench ./internal/bench/cmd/relayd-bench
+	$(BENCH_DIR)/relayd-bench scale -relayd $(BIN)/relayd -cache $(BENCH_DIR) $(SCALEFLAGS)
+
 # vet and staticcheck type-check with -race, the configuration the tests
 # compile in: a cold `make test` then compiles the dependencies twice
 # (-race, and bin/relayd's static build), not three times.

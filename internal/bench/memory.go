@@ -55,6 +55,7 @@ type markers struct {
 }
 
 type marker struct {
+	Source    string // the subject's source token
 	Completed bool
 	Epoch     uint64
 	Time      time.Time // the event's time (relayd's clock)
@@ -76,8 +77,12 @@ func (h *harness) watchMarkers(cluster string) (*markers, error) {
 			} `json:"counts"`
 		}
 		_ = json.Unmarshal(ev.Data, &d)
+		var src string
+		if _, rest, ok := strings.Cut(msg.Subject, "._relayd."); ok {
+			src, _, _ = strings.Cut(rest, ".")
+		}
 		m.mu.Lock()
-		m.seen = append(m.seen, marker{Completed: strings.HasSuffix(ev.Type, ".completed"), Epoch: ev.RelaydEpoch, Time: ev.Time, Recv: recv, Total: d.Counts.Total})
+		m.seen = append(m.seen, marker{Source: src, Completed: strings.HasSuffix(ev.Type, ".completed"), Epoch: ev.RelaydEpoch, Time: ev.Time, Recv: recv, Total: d.Counts.Total})
 		m.mu.Unlock()
 	})
 	if err != nil {

@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 		memoryHelper()
 		os.Exit(0)
 	}
+	if os.Getenv(selfEnv) == "1" && len(os.Args) > 1 {
+		os.Exit(self(os.Args[1], os.Args[2:]))
+	}
 	os.Exit(m.Run())
 }
 

@@ -43,6 +43,11 @@ type Replay struct {
 	Initial   [][]byte
 	InitialRV string
 	After     [][]byte
+	// InitialFrame, if set, makes the streaming list's frames instead of
+	// Initial: frame i of InitialCount, made as it is sent, so that a
+	// million objects are never all in the harness's memory.
+	InitialFrame func(i int) []byte
+	InitialCount int
 }
 
 func (r *Replay) apiVersion() string {
@@ -70,6 +75,7 @@ type Server struct {
 	watchServed map[*Replay]bool
 	afterServed map[*Replay]bool
 	expire      chan struct{}
+	expireRes   map[*Replay]chan struct{}
 	closing     chan struct{}
 	cms         map[string]*corev1.ConfigMap
 	cmRV        int64
@@ -95,6 +101,7 @@ func NewServer(replays ...*Replay) *Server {
 		watchServed: map[*Replay]bool{},
 		afterServed: map[*Replay]bool{},
 		expire:      make(chan struct{}),
+		expireRes:   map[*Replay]chan struct{}{},
 		closing:     make(chan struct{}),
 		cms:         map[string]*corev1.ConfigMap{},
 	}
@@ -129,6 +136,19 @@ func (s *Server) Expire() {
 	close(s.expire)
 	s.expire = make(chan struct{})
 	s.mu.Unlock()
+}
+
+// ExpireResource ends the held watches of one resource (e.g. "pods") with
+// a 410 Expired ERROR frame; the other resources' watches go on.
+func (s *Server) ExpireResource(resource string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rp := range s.replays {
+		if c := s.expireRes[rp]; rp.Resource == resource && c != nil {
+			close(c)
+			delete(s.expireRes, rp)
+		}
+	}
 }
 
 // WriteKubeconfig writes a kubeconfig that trusts the server.
@@ -329,6 +349,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 	}
 	s.mu.Lock()
 	expire, closing := s.expire, s.closing
+	expireRes := s.expireRes[rp]
+	if expireRes == nil {
+		expireRes = make(chan struct{})
+		s.expireRes[rp] = expireRes
+	}
 	var frames [][]byte
 	var after [][]byte
 	first := false
@@ -357,15 +382,18 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 	}
 	flush()
 	bw := bufio.NewWriterSize(w, 128<<10)
+	write := func(f []byte) error {
+		// Counted before the write: a reader that has seen a frame must
+		// also see it in SentBytes.
+		s.SentBytes.Add(int64(len(f) + 1))
+		if _, err := bw.Write(f); err != nil {
+			return err
+		}
+		return bw.WriteByte('\n')
+	}
 	send := func(frames [][]byte) error {
 		for _, f := range frames {
-			// Counted before the write: a reader that has seen a frame
-			// must also see it in SentBytes.
-			s.SentBytes.Add(int64(len(f) + 1))
-			if _, err := bw.Write(f); err != nil {
-				return err
-			}
-			if err := bw.WriteByte('\n'); err != nil {
+			if err := write(f); err != nil {
 				return err
 			}
 		}
@@ -377,6 +405,13 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 	}
 	if first && s.OnWatch != nil {
 		s.OnWatch()
+	}
+	if streamList && rp.InitialFrame != nil {
+		for i := range rp.InitialCount {
+			if err := write(rp.InitialFrame(i)); err != nil {
+				return
+			}
+		}
 	}
 	if err := send(frames); err != nil {
 		return
@@ -396,6 +431,8 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 	case <-r.Context().Done():
 	case <-closing:
 	case <-expire:
+		_ = send([][]byte{[]byte(expiredFrame)})
+	case <-expireRes:
 		_ = send([][]byte{[]byte(expiredFrame)})
 	}
 }

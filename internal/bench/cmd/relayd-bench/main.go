@@ -2,6 +2,7 @@
 // the same watch (docs/PERFORMANCE.md). `make bench` runs it.
 //
 //	relayd-bench run [flags]     the benchmark (see -h)
+//	relayd-bench scale [flags]   the scale run (see -h)
 //	relayd-bench consume ...     a consumer process (started by run)
 //	relayd-bench natsd ...       the NATS server process (started by run)
 package main
@@ -23,7 +24,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: relayd-bench run|consume|natsd [flags]")
+		fmt.Fprintln(os.Stderr, "usage: relayd-bench run|scale|consume|natsd [flags]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -33,6 +34,8 @@ func main() {
 		os.Exit(bench.NATSD(os.Args[2:]))
 	case "run":
 		os.Exit(run(os.Args[2:]))
+	case "scale":
+		os.Exit(scale(os.Args[2:]))
 	default:
 		fmt.Fprintf(os.Stderr, "relayd-bench: unknown command %q\n", os.Args[1])
 		os.Exit(2)

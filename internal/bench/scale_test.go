@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// selfEnv makes the test binary the harness's `natsd` and `consume`
+// programs (Options.Self), as relayd-bench is for `make bench-scale`.
+const selfEnv = "RELAYD_BENCH_SELF"
+
+func self(sub string, args []string) int {
+	switch sub {
+	case "natsd":
+		return NATSD(args)
+	case "consume":
+		return Consume(args)
+	}
+	fmt.Fprintf(os.Stderr, "unknown harness program %q\n", sub)
+	return 2
+}
+
+// The scale run end to end at the smallest step of `-quick` (1,000
+// replayed objects with the restart and both 410s; one namespace and two
+// sources on the real kube-apiserver), so that the harness cannot rot:
+// every step measures (the counts are checked, not the times), and every
+// goal either has its figure or says why not.
+func TestScaleSmallestStep(t *testing.T) {
+	dir := t.TempDir()
+	const n = 1000
+	rep, err := RunScale(t.Context(), Options{
+		Self: os.Args[0], SelfEnv: []string{selfEnv + "=1"}, RelaydBin: os.Getenv("RELAYD_BIN"),
+		CacheDir: dir, WorkDir: filepath.Join(dir, "work"), Record: RecordOptions{PodEvents: 25, WidgetEvents: 5}, Logf: t.Logf,
+	}, ScaleOptions{
+		Steps: []string{StepTracked, StepNamespaces, StepSources}, Objects: []int{n}, PodShare: 0.15, Namespaces: 100,
+		WatchNamespaces: []int{1}, Sources: 2, FlushInterval: time.Second, Quick: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tracked) != 1 || rep.Tracked[0].Tracked != n || rep.Tracked[0].Pods != 150 || rep.Tracked[0].RSS <= 0 {
+		t.Errorf("tracked: %+v; want %d tracked objects, 150 of them pods, and an RSS", rep.Tracked, n)
+	}
+	if rs := rep.Restart; rs == nil || rs.Entries != n || rs.HWM < rs.RSS || rs.RSS <= 0 {
+		t.Errorf("restart: %+v; want %d entries and VmHWM ≥ RSS > 0", rs, n)
+	}
+	for name, e := range map[string]*ExpireResult{"pods": rep.PodRelist, "everything": rep.Expire} {
+		if e == nil || e.PeakError != "" || e.PeakRSS <= 0 {
+			t.Errorf("410 of %s: %+v; want a VmHWM peak", name, e)
+		}
+	}
+	if rep.PodRelist != nil && rep.PodRelist.Objects != 150 || rep.Expire != nil && rep.Expire.Objects != n {
+		t.Errorf("410s of %d pods and %d objects; want 150 and %d", rep.PodRelist.Objects, rep.Expire.Objects, n)
+	}
+	if len(rep.Namespaces) != 1 || rep.Namespaces[0].CheckpointWrites < 1 || rep.Namespaces[0].Restart.Entries != 1 {
+		t.Errorf("namespaces: %+v; want one size, checkpoint writes, and the 1 ConfigMap tracked after the restart", rep.Namespaces)
+	}
+	if s := rep.Sources; s == nil || s.Sources != 2 || s.Connections < 1 || s.Goroutines <= 0 {
+		t.Errorf("sources: %+v; want 2 sources, an apiserver connection or more, goroutines", s)
+	}
+	for _, g := range rep.Goals() {
+		if g.NotMeasured && !strings.Contains(g.Miss, "(a smoke run)") && !strings.Contains(g.Miss, "a slope needs two sizes") {
+			t.Errorf("goal %q not measured: %s", g.What, g.Miss)
+		}
+	}
+	var md bytes.Buffer
+	rep.Markdown(&md)
+	for _, h := range []string{"#### Goals", "#### S1.", "#### S2.", "#### S3.", "#### S4.", "#### S5.", "relayd_checkpoint_errors_total"} {
+		if !strings.Contains(md.String(), h) {
+			t.Errorf("report has no %q:\n%s", h, md.String())
+		}
+	}
+}
+
+// The scale goals: a goal stated at 1,000,000 objects is judged only at
+// that size; counts over their goal are missed with the margin; a step
+// that failed lists its goals as not measured.
+func TestScaleReportGoals(t *testing.T) {
+	full := &ScaleReport{Options: ScaleOptions{Steps: []string{StepTracked, StepNamespaces}},
+		Tracked:   []TrackedPoint{{Objects: 10_000, RSS: 40 << 20}, {Objects: 1_000_000, Pods: 150_000, RSS: 300 << 20, Tracked: 1e6, Namespaces: 10_000}},
+		Restart:   &RestartResult{Ready: 9, FirstChange: 16, RSS: 300 << 20, HWM: 330 << 20, Entries: 1e6, Relists: 2, ConsumersCreated: 5},
+		Expire:    &ExpireResult{Objects: 1_000_000, Seconds: 50, RSS: 300 << 20, PeakRSS: 400 << 20},
+		PodRelist: &ExpireResult{Objects: 150_000, Seconds: 20, RSS: 300 << 20, PeakRSS: 310 << 20},
+		Namespaces: []NamespacePoint{{Namespaces: 100, CheckpointWrites: 3, Restart: RestartResult{ConsumersCreated: 1}},
+			{Namespaces: 5000, CheckpointErrors: 4, Restart: RestartResult{Relists: 0, ConsumersCreated: 5000}}},
+	}
+	full.RSSPerObject = 280
+	quick := &ScaleReport{Options: ScaleOptions{Steps: []string{StepTracked, StepNamespaces}, Quick: true},
+		Tracked: []TrackedPoint{{Objects: 1000, Pods: 150, RSS: 30 << 20}},
+		Restart: &RestartResult{Ready: 1, FirstChange: 1, RSS: 30 << 20, HWM: 33 << 20, ConsumersCreated: 4},
+		Expire:  &ExpireResult{Objects: 1000, Seconds: 1, RSS: 30 << 20, PeakRSS: 31 << 20}, PodRelist: &ExpireResult{Objects: 150, Seconds: 1},
+		Errors: map[string]string{StepNamespaces: "bench: namespaces: boom"}}
+	type want struct {
+		prefix           string
+		met, notMeasured bool
+		miss, measured   string
+	}
+	for _, tc := range []struct {
+		name string
+		r    *ScaleReport
+		want []want
+	}{{"at the goals' sizes", full, []want{
+		{prefix: "tracked objects: RSS after", met: true, measured: "300.0 MiB at 1000000 objects"},
+		{prefix: "tracked objects: RSS per tracked object", miss: "1.09× the goal"},
+		{prefix: "restart with the index bucket filled", miss: "1.07× the goal", measured: "16.00 s"},
+		{prefix: "restart: RSS during the load", met: true, measured: "1.10×"},
+		{prefix: "410 of every source: 410", met: true},
+		{prefix: "410 of every source: relist peak", miss: "1.11× the goal", measured: "1.33×"},
+		{prefix: "410 of the pods alone", met: true},
+		{prefix: "per-namespace watches: checkpoint errors during start", miss: "not zero", measured: "4 at 5000 namespaces"},
+		{prefix: "per-namespace watches: relists", met: true},
+		{prefix: "per-namespace watches: JetStream consumers", miss: "2500.00× the goal", measured: "5000 at 5000 namespaces"},
+		{prefix: "restart with the index bucket filled: JetStream consumers", miss: "1.25× the goal", measured: "5"},
+		{prefix: "restart with the index bucket filled: relists", miss: "not zero"},
+	}}, {"a -quick run, a failed step", quick, []want{
+		{prefix: "tracked objects: RSS after", notMeasured: true, miss: "run at 1000 objects, the goal is at 1000000 (a smoke run)"},
+		{prefix: "tracked objects: RSS per tracked object", notMeasured: true, miss: "a slope needs two sizes"},
+		{prefix: "restart with the index bucket filled: relists", met: true},
+		{prefix: "restart with the index bucket filled: JetStream consumers", met: true},
+		{prefix: "restart with the index bucket filled", notMeasured: true, miss: "(a smoke run)"},
+		{prefix: "restart: RSS during the load", notMeasured: true, miss: "(a smoke run)", measured: "1.10×"},
+		{prefix: "410 of every source: 410", notMeasured: true, miss: "(a smoke run)"},
+		{prefix: "410 of every source: relist peak", notMeasured: true, miss: "(a smoke run)"},
+		{prefix: "410 of the pods alone", notMeasured: true, miss: "run at 150 pods, the goal is at 150000"},
+		{prefix: "per-namespace watches: checkpoint errors during start", notMeasured: true, miss: "the step failed: bench: namespaces: boom"},
+		{prefix: "per-namespace watches: JetStream consumers", notMeasured: true, miss: "boom"},
+	}}, {"a larger size failed", &ScaleReport{Options: ScaleOptions{Steps: []string{StepNamespaces}},
+		Namespaces: []NamespacePoint{{Namespaces: 100, Restart: RestartResult{ConsumersCreated: 200}}},
+		Errors:     map[string]string{StepNamespaces: "bench: namespaces: 5000 namespaces: not ready"}}, []want{
+		{prefix: "per-namespace watches: checkpoint errors during start", notMeasured: true, miss: "a larger size failed: bench: namespaces: 5000 namespaces: not ready", measured: "0 at 100 namespaces"},
+		{prefix: "per-namespace watches: JetStream consumers", miss: "100.00× the goal"},
+	}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			goals := tc.r.Goals()
+			for _, w := range tc.want {
+				var g *Goal
+				for i := range goals {
+					if strings.HasPrefix(goals[i].What, w.prefix) {
+						g = &goals[i]
+						break
+					}
+				}
+				if g == nil {
+					t.Errorf("no goal %q in %+v", w.prefix, goals)
+					continue
+				}
+				if g.Met != w.met || g.NotMeasured != w.notMeasured || !strings.Contains(g.Miss, w.miss) || !strings.Contains(g.Measured, w.measured) {
+					t.Errorf("%s: met %v, not measured %v, measured %q, miss %q; want met %v, not measured %v, measured containing %q, miss containing %q",
+						g.What, g.Met, g.NotMeasured, g.Measured, g.Miss, w.met, w.notMeasured, w.measured, w.miss)
+				}
+			}
+			var md bytes.Buffer
+			tc.r.Markdown(&md)
+			for _, g := range goals {
+				if !g.Met && !strings.Contains(md.String(), "**no**: "+g.Miss) {
+					t.Errorf("report does not say why %q is not met:\n%s", g.What, md.String())
+				}
+			}
+		})
+	}
+}
