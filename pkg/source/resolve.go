@@ -121,18 +121,23 @@ func elsewhere(disco discovery.DiscoveryInterface, src *config.Source, notIn str
 	return fmt.Sprintf("; did you mean %s in %s?", s, strings.Join(where[s], " or "))
 }
 
-// SharedResolver resolves one source once for all of its watches: a source
-// listing 10,000 namespaces has 10,000 watches, and a discovery request for
-// each at start would queue them behind the apiserver client's rate
-// limiter for minutes. The first successful resolution is kept for the
-// life of the process (as each watch kept its own before); a failure is
-// not kept, so the next watch (or retry) asks discovery again. Calls are
-// serialised: the watches that start together wait for one request.
+// SharedResolver resolves one source for all of its watches: a source
+// listing 10,000 namespaces has 10,000 watches, which start together, and
+// a discovery request for each would queue them behind the apiserver
+// client's rate limiter for minutes. Calls made while a request is in
+// flight wait for it and share its result (success or error); no result
+// outlives its request, so a watch that resolves again after an error (a
+// deleted CRD) asks discovery again.
 type SharedResolver struct {
 	disco discovery.DiscoveryInterface
 	mu    sync.Mutex
-	res   event.Resource
-	ok    bool
+	call  *resolveCall // the request in flight, nil if none
+}
+
+type resolveCall struct {
+	done chan struct{}
+	res  event.Resource
+	err  error
 }
 
 // NewSharedResolver returns a SharedResolver over disco, for one source.
@@ -140,18 +145,22 @@ func NewSharedResolver(disco discovery.DiscoveryInterface) *SharedResolver {
 	return &SharedResolver{disco: disco}
 }
 
-// Resolve is [Resolve] for src, asked of discovery until it succeeds once.
-// Every call must pass the same source.
+// Resolve is [Resolve] for src, sharing a request in flight. Every call
+// must pass the same source.
 func (s *SharedResolver) Resolve(src *config.Source) (event.Resource, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ok {
-		return s.res, nil
+	if c := s.call; c != nil {
+		s.mu.Unlock()
+		<-c.done
+		return c.res, c.err
 	}
-	res, err := Resolve(s.disco, src)
-	if err != nil {
-		return event.Resource{}, err
-	}
-	s.res, s.ok = res, true
-	return res, nil
+	c := &resolveCall{done: make(chan struct{})}
+	s.call = c
+	s.mu.Unlock()
+	c.res, c.err = Resolve(s.disco, src)
+	s.mu.Lock()
+	s.call = nil
+	s.mu.Unlock()
+	close(c.done)
+	return c.res, c.err
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -67,38 +68,46 @@ func TestResolveAgainstRealDiscovery(t *testing.T) {
 }
 
 // countingDiscovery counts the group/version discovery requests made
-// through it (to the real apiserver).
+// through it (to the real apiserver), each held for delay first, so that
+// calls made meanwhile find it in flight.
 type countingDiscovery struct {
 	discovery.DiscoveryInterface
-	n atomic.Int64
+	n     atomic.Int64
+	delay time.Duration
 }
 
 func (c *countingDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
 	c.n.Add(1)
+	time.Sleep(c.delay)
 	return c.DiscoveryInterface.ServerResourcesForGroupVersion(gv)
 }
 
-// The watches of one source share one discovery request: 200 watches (a
-// source listing 200 namespaces) that resolve at once ask the apiserver
-// once, and all get the same resource. A failure is not kept: a source
-// whose kind is missing asks again at each try.
-func TestSharedResolverAsksDiscoveryOnce(t *testing.T) {
+// The watches of one source that start together share one discovery
+// request: 200 watches (a source listing 200 namespaces) resolving at once,
+// while the request is in flight, ask the apiserver once and all get the
+// same resource. No result outlives its request: a later call (a watch
+// resolving again after an error: a deleted CRD) asks again, and so does
+// each try of a source whose kind is missing.
+func TestSharedResolverSharesTheRequestInFlight(t *testing.T) {
 	cs, err := kubernetes.NewForConfig(apiserver(t).AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	disco := &countingDiscovery{DiscoveryInterface: cs.Discovery()}
+	disco := &countingDiscovery{DiscoveryInterface: cs.Discovery(), delay: time.Second}
 	src := &config.Source{APIVersion: "apps/v1", Kind: "Deployment"}
 	r := NewSharedResolver(disco)
 	var wg sync.WaitGroup
+	start := make(chan struct{})
 	got := make([]string, 200)
 	errs := make([]error, 200)
 	for i := range got {
 		wg.Go(func() {
+			<-start
 			res, err := r.Resolve(src)
 			got[i], errs[i] = res.Resource, err
 		})
 	}
+	close(start)
 	wg.Wait()
 	for i := range got {
 		if errs[i] != nil || got[i] != "deployments" {
@@ -106,18 +115,22 @@ func TestSharedResolverAsksDiscoveryOnce(t *testing.T) {
 		}
 	}
 	if n := disco.n.Load(); n != 1 {
-		t.Errorf("200 watches of one source made %d discovery requests, want 1", n)
+		t.Errorf("200 watches of one source resolving at once made %d discovery requests, want 1", n)
 	}
 
 	disco.n.Store(0)
-	bad := NewSharedResolver(disco)
+	disco.delay = 0
+	if _, err := r.Resolve(src); err != nil {
+		t.Fatal(err)
+	}
 	missing := &config.Source{APIVersion: "v1", Kind: "Frobnicator"}
+	bad := NewSharedResolver(disco)
 	for range 3 {
 		if _, err := bad.Resolve(missing); err == nil || !strings.Contains(err.Error(), "kind Frobnicator is not served in v1") {
 			t.Fatalf("got %v, want kind Frobnicator is not served", err)
 		}
 	}
-	if n := disco.n.Load(); n != 3 {
-		t.Errorf("3 tries of a source whose kind is not served made %d discovery requests, want 3 (a failure is not kept)", n)
+	if n := disco.n.Load(); n != 4 {
+		t.Errorf("a later call and 3 tries of a missing kind made %d discovery requests, want 4 (no result outlives its request)", n)
 	}
 }
