@@ -1,6 +1,7 @@
 package source
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -154,13 +155,17 @@ func (s *SharedResolver) Resolve(src *config.Source) (event.Resource, error) {
 		<-c.done
 		return c.res, c.err
 	}
-	c := &resolveCall{done: make(chan struct{})}
+	// The waiters are released even if Resolve panics (the watch recovers
+	// it), with an error rather than an empty resource.
+	c := &resolveCall{done: make(chan struct{}), err: errors.New("discovery did not complete")}
 	s.call = c
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.call = nil
+		s.mu.Unlock()
+		close(c.done)
+	}()
 	c.res, c.err = Resolve(s.disco, src)
-	s.mu.Lock()
-	s.call = nil
-	s.mu.Unlock()
-	close(c.done)
 	return c.res, c.err
 }
