@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -202,54 +200,14 @@ type storedChange struct {
 	seq uint64
 }
 
+// storedHeaders is the stream's object changes in stream order (its
+// outline without the sync markers).
 func (f *fixture) storedHeaders() []storedChange {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(f.t.Context(), time.Minute)
-	defer cancel()
-	s, err := f.js.Stream(ctx, f.stream)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	// Each call makes a consumer: delete it, or a long wait for a change
-	// that never comes reaches the server's limit on consumers.
-	defer func() {
-		if info := c.CachedInfo(); info != nil {
-			_ = s.DeleteConsumer(context.Background(), info.Name)
-		}
-	}()
-	info, err := s.Info(ctx)
-	if err != nil {
-		f.t.Fatal(err)
-	}
 	var out []storedChange
-	for seq := uint64(0); seq < info.State.LastSeq; {
-		batch, err := c.FetchNoWait(500)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				f.t.Fatal(err)
-			}
-			seq = md.Sequence.Stream
-			typ := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
-			parts := strings.Split(m.Headers().Get(jetstream.MsgIDHeader), "/") // <prefix>.<cluster>/<source>/<uid>/<rv>…
-			if (typ == "added" || typ == "modified" || typ == "deleted") && len(parts) >= 4 {
-				out = append(out, storedChange{change{parts[2], parts[3], typ}, seq})
-			}
-		}
-		if err := batch.Error(); err != nil {
-			f.t.Fatal(err)
-		}
-		if n == 0 {
-			time.Sleep(50 * time.Millisecond)
+	for _, o := range f.storedOutline() {
+		if o.marker == "" {
+			out = append(out, storedChange{o.c, o.seq})
 		}
 	}
 	return out
