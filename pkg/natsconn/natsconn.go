@@ -26,11 +26,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -270,7 +273,7 @@ func ClientOptions(n *config.NATS) ([]nats.Option, error) {
 		pub, err := kp.PublicKey()
 		kp.Wipe()
 		if err != nil {
-			return nil, fmt.Errorf("nats.nkeySeedFile %s: %w", n.NkeySeedFile, err)
+			return nil, settingErrorf("nats.nkeySeedFile %s: %w", n.NkeySeedFile, err)
 		}
 		opts = append(opts, nats.Nkey(pub, nkeySigner(n.NkeySeedFile, pub)))
 	case n.TokenFile != "":
@@ -303,11 +306,11 @@ func ClientOptions(n *config.NATS) ([]nats.Option, error) {
 func readSecret(key, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", key, err)
+		return "", settingErrorf("%s: %w", key, err)
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
-		return "", fmt.Errorf("%s %s: the file is empty", key, path)
+		return "", settingErrorf("%s %s: the file is empty", key, path)
 	}
 	return s, nil
 }
@@ -315,11 +318,11 @@ func readSecret(key, path string) (string, error) {
 func readSeed(path string) (nkeys.KeyPair, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("nats.nkeySeedFile: %w", err)
+		return nil, settingErrorf("nats.nkeySeedFile: %w", err)
 	}
 	kp, err := nkeys.ParseDecoratedNKey(b)
 	if err != nil {
-		return nil, fmt.Errorf("nats.nkeySeedFile %s: not an NKey seed: %w", path, err)
+		return nil, settingErrorf("nats.nkeySeedFile %s: not an NKey seed: %w", path, err)
 	}
 	return kp, nil
 }
@@ -336,7 +339,7 @@ func nkeySigner(path, pub string) nats.SignatureHandler {
 		}
 		defer kp.Wipe()
 		if p, err := kp.PublicKey(); err != nil || p != pub {
-			return nil, fmt.Errorf("nats.nkeySeedFile %s: now holds the seed of user %s, but this connection was made as %s; restart relayd to use it", path, p, pub)
+			return nil, settingErrorf("nats.nkeySeedFile %s: now holds the seed of user %s, but this connection was made as %s; restart relayd to use it", path, p, pub)
 		}
 		return kp.Sign(nonce)
 	}
@@ -348,7 +351,7 @@ func credsHandlers(path string) (nats.UserJWTHandler, nats.SignatureHandler) {
 	read := func() ([]byte, error) {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("nats.credentialsFile: %w", err)
+			return nil, settingErrorf("nats.credentialsFile: %w", err)
 		}
 		return b, nil
 	}
@@ -359,10 +362,10 @@ func credsHandlers(path string) (nats.UserJWTHandler, nats.SignatureHandler) {
 		}
 		jwt, err := nkeys.ParseDecoratedJWT(b)
 		if err != nil || !strings.HasPrefix(jwt, "eyJ") {
-			return "", fmt.Errorf("nats.credentialsFile %s: no user JWT in it (want a .creds file: user JWT and NKey seed)", path)
+			return "", settingErrorf("nats.credentialsFile %s: no user JWT in it (want a .creds file: user JWT and NKey seed)", path)
 		}
 		if _, err := nkeys.ParseDecoratedNKey(b); err != nil {
-			return "", fmt.Errorf("nats.credentialsFile %s: no NKey seed in it: %w", path, err)
+			return "", settingErrorf("nats.credentialsFile %s: no NKey seed in it: %w", path, err)
 		}
 		return jwt, nil
 	}
@@ -373,7 +376,7 @@ func credsHandlers(path string) (nats.UserJWTHandler, nats.SignatureHandler) {
 		}
 		kp, err := nkeys.ParseDecoratedNKey(b)
 		if err != nil {
-			return nil, fmt.Errorf("nats.credentialsFile %s: no NKey seed in it: %w", path, err)
+			return nil, settingErrorf("nats.credentialsFile %s: no NKey seed in it: %w", path, err)
 		}
 		defer kp.Wipe()
 		return kp.Sign(nonce)
@@ -390,7 +393,7 @@ func tlsOption(t *config.TLS) (nats.Option, error) {
 		certCB = func() (tls.Certificate, error) {
 			cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 			if err != nil {
-				return tls.Certificate{}, fmt.Errorf("nats.tls.certFile %s, nats.tls.keyFile %s: %w", t.CertFile, t.KeyFile, err)
+				return tls.Certificate{}, settingErrorf("nats.tls.certFile %s, nats.tls.keyFile %s: %w", t.CertFile, t.KeyFile, err)
 			}
 			return cert, nil
 		}
@@ -402,11 +405,11 @@ func tlsOption(t *config.TLS) (nats.Option, error) {
 		rootCB = func() (*x509.CertPool, error) {
 			pem, err := os.ReadFile(t.CAFile)
 			if err != nil {
-				return nil, fmt.Errorf("nats.tls.caFile: %w", err)
+				return nil, settingErrorf("nats.tls.caFile: %w", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("nats.tls.caFile %s: no PEM certificate in it", t.CAFile)
+				return nil, settingErrorf("nats.tls.caFile %s: no PEM certificate in it", t.CAFile)
 			}
 			return pool, nil
 		}
@@ -430,36 +433,70 @@ func tlsOption(t *config.TLS) (nats.Option, error) {
 // certificate, a URL nats.go cannot parse names nats.url. Errors of
 // relayd's own file handling already name their key. The message never
 // shows the credentials a URL may hold (config.RedactError).
+//
+// The cases are told apart by type (nats.go's errors, crypto/tls and
+// crypto/x509's), never by the text of the error.
 func Explain(n *config.NATS, err error) string {
 	msg := config.RedactError(err, n.URL)
-	low := strings.ToLower(msg)
-	var unknownCA x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	var urlErr *url.Error
+	var (
+		setting   *settingError
+		urlErr    *url.Error
+		hostErr   x509.HostnameError
+		unknownCA x509.UnknownAuthorityError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		record    tls.RecordHeaderError
+	)
 	switch {
-	case strings.HasPrefix(msg, "nats."):
+	case errors.As(err, &setting):
 		return msg
 	case errors.As(err, &urlErr):
 		return fmt.Sprintf("%s (check nats.url)", msg)
-	case errors.As(err, &hostErr), strings.Contains(low, "x509: certificate is valid for"):
+	case errors.As(err, &hostErr):
 		return fmt.Sprintf("TLS: the server certificate is not valid for this name (check nats.url or nats.tls.serverName): %s", msg)
-	case errors.As(err, &unknownCA), errors.As(err, &invalid), strings.Contains(low, "x509:"):
+	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verify):
 		return fmt.Sprintf("TLS: the server certificate is not trusted (check %s): %s", caKey(n), msg)
-	case strings.Contains(low, "remote error: tls"), strings.Contains(low, "certificate required"):
+	case isRemoteTLSAlert(err):
+		// "remote error: tls: …": the server's TLS stack sent an alert,
+		// which after relayd trusted its certificate is about relayd's.
 		return fmt.Sprintf("TLS: the server refused the client certificate (check %s): %s", certKey(n), msg)
-	case strings.Contains(low, "connection closed by remote after tls handshake"):
+	case errors.Is(err, nats.ErrTLS) && closedByPeer(err):
 		// With TLS 1.3 a server that refuses the client certificate may
 		// just close the connection; the raw error names ephemeral ports,
 		// so it is left out to keep the message the same at every attempt.
 		return fmt.Sprintf("TLS: the server closed the connection after the TLS handshake, most likely refusing the client certificate (check %s)", certKey(n))
-	case strings.Contains(low, "secure connection"), strings.Contains(low, "tls"):
+	case errors.Is(err, nats.ErrTLS), errors.As(err, &record),
+		errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted):
 		return fmt.Sprintf("TLS: %s (check nats.url and nats.tls)", msg)
-	case errors.Is(err, nats.ErrAuthorization), strings.Contains(low, "authorization violation"),
-		strings.Contains(low, "authentication"), strings.Contains(low, "user authentication expired"):
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
+		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
 		return fmt.Sprintf("NATS refused the credentials (%s): %s", authKey(n), msg)
 	}
 	return msg
+}
+
+// settingError is an error of relayd's own handling of a file a nats
+// setting names; its text starts with the key (and the path).
+type settingError struct{ err error }
+
+func (e *settingError) Error() string { return e.err.Error() }
+func (e *settingError) Unwrap() error { return e.err }
+
+func settingErrorf(format string, args ...any) error {
+	return &settingError{fmt.Errorf(format, args...)}
+}
+
+// isRemoteTLSAlert reports a TLS alert sent by the server: crypto/tls
+// returns it as a net.OpError whose Op is "remote error".
+func isRemoteTLSAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
+}
+
+// closedByPeer reports a connection the server closed: end of stream, or
+// a write to a socket it reset.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func caKey(n *config.NATS) string {

@@ -1,10 +1,16 @@
 package natsconn
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -54,21 +60,32 @@ func TestClientOptionsNameTheKeyAndPath(t *testing.T) {
 	}
 }
 
+// TestExplain builds each error the way nats.go and crypto/tls return it
+// (the real servers of pkg/relay's TestTLS and TestMutualTLS produce them
+// end to end); Explain tells them apart by type, so a plain error with
+// the same text is not explained.
 func TestExplain(t *testing.T) {
 	n := &config.NATS{NkeySeedFile: "/s/seed", TLS: config.TLS{CAFile: "/s/ca.crt", CertFile: "/s/tls.crt", KeyFile: "/s/tls.key"}}
+	tlsErr := func(err error) error { return fmt.Errorf("%w: %w", nats.ErrTLS, err) }
 	for _, tt := range []struct {
 		err  error
 		want string
 	}{
 		{nats.ErrAuthorization, "NATS refused the credentials (nats.nkeySeedFile /s/seed): nats: authorization violation"},
-		{errors.New("nats: tls error: tls: failed to verify certificate: x509: certificate signed by unknown authority"),
+		{nats.ErrAuthExpired, "NATS refused the credentials (nats.nkeySeedFile /s/seed): nats: authentication expired"},
+		{tlsErr(&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}),
 			"TLS: the server certificate is not trusted (check nats.tls.caFile /s/ca.crt)"},
-		{errors.New("nats: tls error: tls: failed to verify certificate: x509: certificate is valid for localhost, not nats.example"),
+		{tlsErr(&tls.CertificateVerificationError{Err: x509.HostnameError{Certificate: &x509.Certificate{DNSNames: []string{"localhost"}}, Host: "nats.example"}}),
 			"check nats.url or nats.tls.serverName"},
-		{errors.New("remote error: tls: expired certificate"), "TLS: the server refused the client certificate (check nats.tls.certFile /s/tls.crt)"},
-		{errors.New("nats: tls error: connection closed by remote after TLS handshake: write tcp 127.0.0.1:1->127.0.0.1:2: write: broken pipe"),
+		{tlsErr(&net.OpError{Op: "remote error", Err: errors.New("tls: expired certificate")}),
+			"TLS: the server refused the client certificate (check nats.tls.certFile /s/tls.crt)"},
+		{fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS,
+			&net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}),
 			"TLS: the server closed the connection after the TLS handshake, most likely refusing the client certificate (check nats.tls.certFile /s/tls.crt)"},
-		{errors.New("nats.tokenFile: open /x: no such file or directory"), "nats.tokenFile: open /x: no such file or directory"},
+		{tlsErr(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), "TLS: nats: tls error: "},
+		{nats.ErrSecureConnRequired, "TLS: nats: secure connection required (check nats.url and nats.tls)"},
+		{&url.Error{Op: "parse", URL: "nats://[x", Err: errors.New("missing ']' in host")}, "(check nats.url)"},
+		{settingErrorf("nats.tokenFile: %w", os.ErrNotExist), "nats.tokenFile: file does not exist"},
 		{errors.New("dial tcp 127.0.0.1:4222: connect: connection refused"), "dial tcp 127.0.0.1:4222: connect: connection refused"},
 	} {
 		if got := Explain(n, tt.err); !strings.Contains(got, tt.want) {
@@ -77,5 +94,12 @@ func TestExplain(t *testing.T) {
 	}
 	if got := Explain(&config.NATS{}, nats.ErrAuthorization); !strings.Contains(got, "no credentials configured") {
 		t.Errorf("Explain without credentials: %q", got)
+	}
+	// The text alone explains nothing: a plain error that reads like a
+	// TLS or authorization failure is passed through as it is.
+	for _, text := range []string{"nats: authorization violation", "x509: certificate signed by unknown authority", "remote error: tls: expired certificate"} {
+		if got := Explain(n, errors.New(text)); got != text {
+			t.Errorf("Explain(errors.New(%q)) = %q, want it unchanged", text, got)
+		}
 	}
 }

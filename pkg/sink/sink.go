@@ -45,7 +45,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -519,13 +518,28 @@ func errorReason(err error) string {
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		if strings.Contains(apiErr.Description, "maximum") {
+		switch apiErr.ErrorCode {
+		case errCodeStoreFailed, errCodeInsufficientResources, errCodeAccountResourcesExceeded:
 			return "stream-full"
 		}
 		return "rejected"
 	}
 	return "error"
 }
+
+// JetStream API error codes of a store that refuses to take more (the
+// codes of nats-server's errors.json; nats.go names none of them).
+const (
+	// errCodeStoreFailed: the stream refused to store the message, in
+	// practice a limit of a discard-new stream ("maximum messages
+	// exceeded", "maximum bytes exceeded", "maximum messages per subject
+	// exceeded").
+	errCodeStoreFailed jetstream.ErrorCode = 10077
+	// errCodeInsufficientResources: the server has no storage left.
+	errCodeInsufficientResources jetstream.ErrorCode = 10023
+	// errCodeAccountResourcesExceeded: the account's JetStream limits.
+	errCodeAccountResourcesExceeded jetstream.ErrorCode = 10002
+)
 
 // run is stage 1: it consumes entries in order, waits for the first
 // message's ack (retrying failures), publishes its follow-up write, and
