@@ -181,16 +181,20 @@ func checkRateStep(t *testing.T, rep *ScaleReport) {
 	}
 	for _, res := range rep.Rate {
 		var sent int64
+		var cpu float64 // one probe may use less than /proc's 10 ms tick
 		for _, p := range append(append([]RateProbe(nil), res.Probes...), res.Holds...) {
-			sent += p.Sent
+			sent, cpu = sent+p.Sent, cpu+p.RelaydCPU
 			stoppedEarly := !p.Held && strings.Contains(p.Why, "stopped after")
-			if p.Stored != p.Sent || p.Sent == 0 || (!stoppedEarly && p.Sent != int64(p.Rate*p.Planned)) || p.RelaydCPU <= 0 || p.RSS <= 0 {
-				t.Errorf("R%d: %.0f events/s for %.0f s: %d sent, %d stored, relayd CPU %.3f s, RSS %d; want %d sent (unless stopped early), all stored, CPU and RSS",
-					res.Replicas, p.Rate, p.Planned, p.Sent, p.Stored, p.RelaydCPU, p.RSS, int64(p.Rate*p.Planned))
+			if p.Stored != p.Sent || p.Sent == 0 || (!stoppedEarly && p.Sent != int64(p.Rate*p.Planned)) || p.RSS <= 0 {
+				t.Errorf("R%d: %.0f events/s for %.0f s: %d sent, %d stored, RSS %d; want %d sent (unless stopped early), all stored, an RSS",
+					res.Replicas, p.Rate, p.Planned, p.Sent, p.Stored, p.RSS, int64(p.Rate*p.Planned))
 			}
 			if len(p.NATSCPU) != res.Replicas {
 				t.Errorf("R%d: CPU of %d nats-servers, want %d", res.Replicas, len(p.NATSCPU), res.Replicas)
 			}
+		}
+		if cpu <= 0 {
+			t.Errorf("R%d: relayd used no CPU relaying %d events", res.Replicas, sent)
 		}
 		if res.Knee > 0 && len(res.Holds) == 0 {
 			t.Errorf("R%d: knee %.0f/s and no hold", res.Replicas, res.Knee)
