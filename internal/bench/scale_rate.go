@@ -209,7 +209,16 @@ func (h *harness) rateNATS(n int) (url string, js jetstream.JetStream, snoop *Ac
 	if n == 1 {
 		return h.natsURL, h.js, h.snoop, func() []int { return []int{h.natsd.Pid()} }, func() {}, nil
 	}
-	cl, err := testenv.StartNATSCluster(n, testenv.NATSClusterOptions{Name: fmt.Sprintf("relayd-bench-r%d", n)})
+	// Its ports are picked free, released and then bound by the servers:
+	// on a busy machine another process can take one in between; a new
+	// cluster gets new ports.
+	var cl *testenv.NATSCluster
+	for try := 0; try < 3; try++ {
+		if cl, err = testenv.StartNATSCluster(n, testenv.NATSClusterOptions{Name: fmt.Sprintf("relayd-bench-r%d", n)}); err == nil {
+			break
+		}
+		h.logf("bench: rate: a cluster of %d nats-servers: %v", n, err)
+	}
 	if err != nil {
 		return "", nil, nil, nil, nil, err
 	}
