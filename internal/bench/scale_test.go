@@ -220,3 +220,39 @@ func checkRateStep(t *testing.T, rep *ScaleReport) {
 		}
 	}
 }
+
+// The rate goals: a 5-minute hold that held is met, one that broke is
+// missed (with the rate that broke before it), a short hold is a smoke
+// run, and a search where nothing held says how low it went.
+func TestScaleRateGoals(t *testing.T) {
+	held := RateProbe{Rate: 3600, Planned: 300, Paced: 300, Stored: 1_080_000, RelaydCPU: 108, Held: true, P50: .001, P99: .02}
+	broke := RateProbe{Rate: 4000, Planned: 300, Paced: 36, Stored: 144_000, Why: "backlog over 1.0 s of events: stopped after 36.0 s"}
+	for _, tc := range []struct {
+		name string
+		res  []RateResult
+		want []string // per stream: met, or what the miss contains
+	}{
+		{"held", []RateResult{{Replicas: 1, Knee: 3600, Holds: []RateProbe{held}}, {Replicas: 3, Knee: 4000, Holds: []RateProbe{broke, held}}},
+			[]string{"met", "met"}},
+		{"broke", []RateResult{{Replicas: 1, Knee: 4000, Holds: []RateProbe{broke}}, {Replicas: 3, Probes: []RateProbe{{Rate: 31, Why: "p99"}}}},
+			[]string{"the hold broke: backlog", "no rate held, down to 31 events/s"}},
+		{"smoke", []RateResult{{Replicas: 1, Knee: 40, Holds: []RateProbe{{Rate: 40, Planned: 3, Held: true}}}},
+			[]string{"(a smoke run)", "not measured: the step did not run"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &ScaleReport{Options: ScaleOptions{Steps: []string{StepRate}}, Rate: tc.res}
+			goals := r.Goals()
+			if len(goals) != 2 {
+				t.Fatalf("%d goals, want R1 and R3: %+v", len(goals), goals)
+			}
+			for i, g := range goals {
+				if ok := tc.want[i] == "met"; g.Met != ok || !ok && !strings.Contains(g.Miss, tc.want[i]) {
+					t.Errorf("%s: met %v, miss %q; want %s", g.What, g.Met, g.Miss, tc.want[i])
+				}
+			}
+			if len(tc.res) > 1 && len(tc.res[1].Holds) == 2 && !strings.Contains(goals[1].Measured, "after 4000 events/s broke") {
+				t.Errorf("R3 measured %q does not say the first hold broke", goals[1].Measured)
+			}
+		})
+	}
+}
