@@ -106,7 +106,7 @@ bench: testenv-bins-current build ## Measure relayd next to client-go consumers 
 # -h lists them).
 SCALEFLAGS ?=
 .PHONY: bench-scale
-bench-scale: testenv-bins-current build ## Measure relayd at scale: 1M tracked objects (replayed), restart and 410 at 1M, per-namespace watches and 200 sources on kube-apiserver; see docs/PERFORMANCE.md "Scale" (< 30 min on 2 cores; SCALEFLAGS=-quick: a few minutes).
+bench-scale: testenv-bins-current nats-server-bin build ## Measure relayd at scale: 1M tracked objects (replayed), restart and 410 at 1M, per-namespace watches and 200 sources on kube-apiserver, the sustained-rate knee into R1 and R3 (5-minute holds); see docs/PERFORMANCE.md "Scale" (< 30 min on 2 cores; SCALEFLAGS=-quick: a few minutes).
 	@mkdir -p $(BENCH_DIR)
 	$(GO) build -o $(BENCH_DIR)/relayd-bench ./internal/bench/cmd/relayd-bench
 	$(BENCH_DIR)/relayd-bench scale -relayd $(BIN)/relayd -cache $(BENCH_DIR) $(SCALEFLAGS)

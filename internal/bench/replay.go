@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -37,6 +38,10 @@ type Replay struct {
 	// events recorded with that header. Without it, such a watch gets Watch
 	// (whole objects), as relayd read before it asked for metadata only.
 	Metadata [][]byte
+	// Paced, if set, is called after Watch has been sent to that first
+	// watch, to write more frames with send (each call flushed to the
+	// connection) until it returns; ctx ends with the watch or the server.
+	Paced func(ctx context.Context, send func(frames [][]byte) error)
 	// Initial is sent to every streaming list (sendInitialEvents=true),
 	// followed by the k8s.io/initial-events-end bookmark at InitialRV and,
 	// after the first streaming list only, by After.
@@ -418,6 +423,18 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, rp *Replay) {
 	}
 	if first {
 		s.WatchSent.Store(time.Now().UnixNano())
+	}
+	if first && rp.Paced != nil {
+		ctx, cancel := context.WithCancel(r.Context())
+		go func() {
+			select {
+			case <-closing:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		rp.Paced(ctx, send)
+		cancel()
 	}
 	if streamList {
 		s.StreamingLists.Add(1)

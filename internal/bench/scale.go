@@ -56,7 +56,9 @@ type ScaleOptions struct {
 	// FlushInterval is relayd's checkpoint.flushInterval in the
 	// per-namespace and sources steps (0: relayd's default, 5s).
 	FlushInterval time.Duration
-	Quick         bool
+	// Rate sizes the sustained-rate step (scale_rate.go).
+	Rate  RateOptions
+	Quick bool
 }
 
 func (o *ScaleOptions) flush() time.Duration {
@@ -156,6 +158,7 @@ type ScaleReport struct {
 	Namespaces        []NamespacePoint
 	MemoryPerWatch    float64
 	Sources           *SourcesResult    `json:",omitempty"`
+	Rate              []RateResult      `json:",omitempty"`
 	Errors            map[string]string `json:",omitempty"`
 }
 
@@ -192,7 +195,7 @@ func RunScale(ctx context.Context, o Options, so ScaleOptions) (*ScaleReport, er
 	for _, st := range []struct {
 		name string
 		run  func(context.Context, ScaleOptions, *ScaleReport) error
-	}{{StepTracked, h.scaleTracked}, {StepNamespaces, h.scaleNamespaces}, {StepSources, h.scaleSources}} {
+	}{{StepTracked, h.scaleTracked}, {StepNamespaces, h.scaleNamespaces}, {StepSources, h.scaleSources}, {StepRate, h.scaleRate}} {
 		if !so.has(st.name) || ctx.Err() != nil {
 			continue
 		}

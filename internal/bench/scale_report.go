@@ -68,6 +68,9 @@ func (r *ScaleReport) Goals() []Goal {
 	if r.Options.has(StepNamespaces) {
 		g = append(g, r.namespaceGoals()...)
 	}
+	if r.Options.has(StepRate) {
+		g = append(g, r.rateGoals()...)
+	}
 	return g
 }
 
@@ -250,6 +253,7 @@ func (r *ScaleReport) Markdown(w io.Writer) {
 		p("#### S5. Sources (real kube-apiserver; a ConfigMap source per namespace)\n\n| sources | start → ready | RSS | goroutines | apiserver connections |\n|---|---|---|---|---|\n")
 		p("| %d | %.2f s | %.1f MiB | %.0f | %d |\n\n", s.Sources, s.Ready, mib(s.RSS), s.Goroutines, s.Connections)
 	}
+	r.rateMarkdown(w)
 	for step, e := range r.Errors {
 		p("Step %s failed: %s\n\n", step, e)
 	}

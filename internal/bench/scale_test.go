@@ -27,7 +27,8 @@ func self(sub string, args []string) int {
 
 // The scale run end to end at the smallest step of `-quick` (1,000
 // replayed objects with the restart and both 410s; one namespace and two
-// sources on the real kube-apiserver), so that the harness cannot rot:
+// sources on the real kube-apiserver; the rate step for seconds at tens of
+// events/s, checkRateStep), so that the harness cannot rot:
 // every step measures (the counts are checked, not the times), and every
 // goal either has its figure or says why not.
 func TestScaleSmallestStep(t *testing.T) {
@@ -37,8 +38,9 @@ func TestScaleSmallestStep(t *testing.T) {
 		Self: os.Args[0], SelfEnv: []string{selfEnv + "=1"}, RelaydBin: os.Getenv("RELAYD_BIN"),
 		CacheDir: dir, WorkDir: filepath.Join(dir, "work"), Record: RecordOptions{PodEvents: 25, WidgetEvents: 5}, Logf: t.Logf,
 	}, ScaleOptions{
-		Steps: []string{StepTracked, StepNamespaces, StepSources}, Objects: []int{n}, PodShare: 0.15, Namespaces: 100,
+		Steps: []string{StepTracked, StepNamespaces, StepSources, StepRate}, Objects: []int{n}, PodShare: 0.15, Namespaces: 100,
 		WatchNamespaces: []int{1}, Sources: 2, FlushInterval: time.Second, Quick: true,
+		Rate: RateOptions{Replicas: []int{1, 3}, Start: 40, Max: 40, Probe: 2 * time.Second, Hold: 3 * time.Second, Verify: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +72,8 @@ func TestScaleSmallestStep(t *testing.T) {
 	}
 	var md bytes.Buffer
 	rep.Markdown(&md)
-	for _, h := range []string{"#### Goals", "#### S1.", "#### S2.", "#### S3.", "#### S4.", "#### S5.", "relayd_checkpoint_errors_total"} {
+	checkRateStep(t, rep)
+	for _, h := range []string{"#### Goals", "#### S1.", "#### S2.", "#### S3.", "#### S4.", "#### S5.", "#### S6.", "relayd_checkpoint_errors_total"} {
 		if !strings.Contains(md.String(), h) {
 			t.Errorf("report has no %q:\n%s", h, md.String())
 		}
@@ -160,6 +163,95 @@ func TestScaleReportGoals(t *testing.T) {
 				if !g.Met && !strings.Contains(md.String(), "**no**: "+g.Miss) {
 					t.Errorf("report does not say why %q is not met:\n%s", g.What, md.String())
 				}
+			}
+		})
+	}
+}
+
+// checkRateStep checks the rate step of TestScaleSmallestStep (a few
+// seconds at tens of events/s, into an R1 stream and an R3 stream on three
+// nats-servers): whatever rate holds on the machine (times are not
+// checked), every probe and hold stores each event it paced, and the
+// streams read back hold every paced event once.
+func checkRateStep(t *testing.T, rep *ScaleReport) {
+	t.Helper()
+	if len(rep.Rate) != 2 || rep.Rate[0].Replicas != 1 || rep.Rate[1].Replicas != 3 {
+		t.Errorf("rate results: %+v; want R1 and R3", rep.Rate)
+		return
+	}
+	for _, res := range rep.Rate {
+		var sent int64
+		var cpu float64 // one probe may use less than /proc's 10 ms tick
+		for _, p := range append(append([]RateProbe(nil), res.Probes...), res.Holds...) {
+			sent, cpu = sent+p.Sent, cpu+p.RelaydCPU
+			stoppedEarly := !p.Held && strings.Contains(p.Why, "stopped after")
+			if p.Stored != p.Sent || p.Sent == 0 || (!stoppedEarly && p.Sent != int64(p.Rate*p.Planned)) || p.RSS <= 0 {
+				t.Errorf("R%d: %.0f events/s for %.0f s: %d sent, %d stored, RSS %d; want %d sent (unless stopped early), all stored, an RSS",
+					res.Replicas, p.Rate, p.Planned, p.Sent, p.Stored, p.RSS, int64(p.Rate*p.Planned))
+			}
+			if len(p.NATSCPU) != res.Replicas {
+				t.Errorf("R%d: CPU of %d nats-servers, want %d", res.Replicas, len(p.NATSCPU), res.Replicas)
+			}
+		}
+		if cpu <= 0 {
+			t.Errorf("R%d: relayd used no CPU relaying %d events", res.Replicas, sent)
+		}
+		if res.Knee > 0 && len(res.Holds) == 0 {
+			t.Errorf("R%d: knee %.0f/s and no hold", res.Replicas, res.Knee)
+		}
+		if !res.Verified || res.Paced != sent || res.Found != sent || res.Missing != 0 || res.Duplicated != 0 || res.Foreign != 0 {
+			t.Errorf("R%d: %d events paced (%d by the probes and holds); read back: verified %v, %d found once, %d missing, %d duplicated, %d other messages",
+				res.Replicas, res.Paced, sent, res.Verified, res.Found, res.Missing, res.Duplicated, res.Foreign)
+		}
+	}
+	goals := rep.Goals()
+	for _, want := range []string{"sustained rate into R1:", "sustained rate into R3 (3 servers):"} {
+		found := false
+		for _, g := range goals {
+			if strings.HasPrefix(g.What, want) {
+				found = true
+				if g.Met || g.NotMeasured && !strings.Contains(g.Miss, "(a smoke run)") {
+					t.Errorf("goal %q: met %v, %s; a run of seconds is a smoke run, never met", g.What, g.Met, g.Miss)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no goal %q in %+v", want, goals)
+		}
+	}
+}
+
+// The rate goals: a 5-minute hold that held is met, one that broke is
+// missed (with the rate that broke before it), a short hold is a smoke
+// run, and a search where nothing held says how low it went.
+func TestScaleRateGoals(t *testing.T) {
+	held := RateProbe{Rate: 3600, Planned: 300, Paced: 300, Stored: 1_080_000, RelaydCPU: 108, Held: true, P50: .001, P99: .02}
+	broke := RateProbe{Rate: 4000, Planned: 300, Paced: 36, Stored: 144_000, Why: "backlog over 1.0 s of events: stopped after 36.0 s"}
+	for _, tc := range []struct {
+		name string
+		res  []RateResult
+		want []string // per stream: met, or what the miss contains
+	}{
+		{"held", []RateResult{{Replicas: 1, Knee: 3600, Holds: []RateProbe{held}}, {Replicas: 3, Knee: 4000, Holds: []RateProbe{broke, held}}},
+			[]string{"met", "met"}},
+		{"broke", []RateResult{{Replicas: 1, Knee: 4000, Holds: []RateProbe{broke}}, {Replicas: 3, Probes: []RateProbe{{Rate: 31, Why: "p99"}}}},
+			[]string{"the hold broke: backlog", "no rate held, down to 31 events/s"}},
+		{"smoke", []RateResult{{Replicas: 1, Knee: 40, Holds: []RateProbe{{Rate: 40, Planned: 3, Held: true}}}},
+			[]string{"(a smoke run)", "not measured: the step did not run"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &ScaleReport{Options: ScaleOptions{Steps: []string{StepRate}}, Rate: tc.res}
+			goals := r.Goals()
+			if len(goals) != 2 {
+				t.Fatalf("%d goals, want R1 and R3: %+v", len(goals), goals)
+			}
+			for i, g := range goals {
+				if ok := tc.want[i] == "met"; g.Met != ok || !ok && !strings.Contains(g.Miss, tc.want[i]) {
+					t.Errorf("%s: met %v, miss %q; want %s", g.What, g.Met, g.Miss, tc.want[i])
+				}
+			}
+			if len(tc.res) > 1 && len(tc.res[1].Holds) == 2 && !strings.Contains(goals[1].Measured, "after 4000 events/s broke") {
+				t.Errorf("R3 measured %q does not say the first hold broke", goals[1].Measured)
 			}
 		})
 	}
