@@ -57,6 +57,10 @@ type ScaleOptions struct {
 	// per-namespace and sources steps (0: relayd's default, 5s).
 	FlushInterval time.Duration
 	Quick         bool
+	// ProfileWatches runs relayd in-process in the per-namespace step and
+	// writes its heap and goroutine profiles at each size's steady point
+	// (profiles/namespaces-N.heap.pprof, .goroutine.pprof).
+	ProfileWatches bool `json:",omitempty"`
 }
 
 func (o *ScaleOptions) flush() time.Duration {
@@ -129,6 +133,7 @@ type NamespacePoint struct {
 	CheckpointErrors, CheckpointWrites float64 // first start, after 2 flushes
 	RSS                                int64
 	Goroutines                         float64
+	HeapInuse, StackInuse              int64 // go_memstats_{heap,stack}_inuse_bytes at the RSS sample
 	Restart                            RestartResult
 	RestartCheckpointErrors            float64
 }
