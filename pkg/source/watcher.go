@@ -818,9 +818,9 @@ type watchStream struct {
 // watchRequest is the request of a watch, or of a streaming list. It
 // asks for the stream uncompressed (Accept-Encoding: identity; LIST pages
 // keep the transport's gzip): a gzipped response holds a decompressor
-// (~57 KB: its 32 KB window and buffers) for as long as the watch is open,
-// which for a source of one watch per namespace was a third of the memory
-// of every quiet watch (docs/PERFORMANCE.md, "Memory per watch").
+// (~50 KB: its 32 KiB window, state and buffers) for as long as the watch
+// is open, a quarter of what a quiet watch held before
+// (docs/PERFORMANCE.md, "Memory per watch").
 func (w *Watcher) watchRequest(streamList bool) *rest.Request {
 	req := w.request(false).
 		SetHeader("Accept-Encoding", "identity").
