@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -159,7 +160,19 @@ func writeHeapProfile(path string) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// The goroutines next to it: their stacks are memory too.
+	g, err := os.Create(strings.TrimSuffix(path, ".heap.pprof") + ".goroutine.pprof")
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(g, 0); err != nil {
+		g.Close()
+		return err
+	}
+	return g.Close()
 }
 
 // identity is what every consumer reads from each object: no consumer can

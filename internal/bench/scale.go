@@ -59,6 +59,10 @@ type ScaleOptions struct {
 	// Rate sizes the sustained-rate step (scale_rate.go).
 	Rate  RateOptions
 	Quick bool
+	// ProfileWatches runs relayd in-process in the per-namespace step and
+	// writes its heap and goroutine profiles at each size's steady point
+	// (profiles/namespaces-N.heap.pprof, .goroutine.pprof).
+	ProfileWatches bool `json:",omitempty"`
 }
 
 func (o *ScaleOptions) flush() time.Duration {
@@ -131,6 +135,7 @@ type NamespacePoint struct {
 	CheckpointErrors, CheckpointWrites float64 // first start, after 2 flushes
 	RSS                                int64
 	Goroutines                         float64
+	HeapInuse, StackInuse              int64 // go_memstats_{heap,stack}_inuse_bytes at the RSS sample
 	Restart                            RestartResult
 	RestartCheckpointErrors            float64
 }

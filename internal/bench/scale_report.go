@@ -149,8 +149,8 @@ func (r *ScaleReport) namespaceGoals() []Goal {
 	)
 	if len(r.Namespaces) == 0 {
 		w := r.why(StepNamespaces)
-		return []Goal{notMeasured(ckpt, "0", "", w), notMeasured(relists, "0", "", w),
-			notMeasured(creates, consumersTarget, "", w), notMeasured(ckptRest, "0", "", w)}
+		return append([]Goal{notMeasured(ckpt, "0", "", w), notMeasured(relists, "0", "", w),
+			notMeasured(creates, consumersTarget, "", w), notMeasured(ckptRest, "0", "", w)}, r.watchGoals()...)
 	}
 	// The worst size of each.
 	var wc, wr, wk NamespacePoint
@@ -175,6 +175,7 @@ func (r *ScaleReport) namespaceGoals() []Goal {
 		consumersGoal(creates, wk.Restart.ConsumersCreated, 1, fmt.Sprintf(" at %d namespaces", wk.Namespaces)),
 		atMost(ckptRest, "0", fmt.Sprintf("%.0f at %d namespaces", wrc.RestartCheckpointErrors, wrc.Namespaces), wrc.RestartCheckpointErrors, 0),
 	}
+	g = append(g, r.watchGoals()...)
 	// A larger size failed: the smaller sizes' figures do not judge it.
 	if e := r.Errors[StepNamespaces]; e != "" {
 		for i, x := range g {

@@ -67,9 +67,9 @@ func TestSlowWatchResumesAfterTheAPIServerClosesIt(t *testing.T) {
     namespaces: [$NS]`)
 	ref := f.reference("")
 	const objects = 100
-	// Random data: the apiserver gzips the watch for a client that
-	// accepts it (client-go does), and repeated bytes would shrink 8 KiB
-	// to a few dozen on the wire.
+	// Random data: the apiserver gzips a response for a client that
+	// accepts it (relayd's LIST pages do), and repeated bytes would shrink
+	// 8 KiB to a few dozen on the wire.
 	cms := make([]*corev1.ConfigMap, objects)
 	for i := range cms {
 		pad := make([]byte, 6<<10)

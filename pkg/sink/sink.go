@@ -260,8 +260,6 @@ type Pipeline struct {
 	onAdvance            func(Advance)
 	slots                chan struct{}       // window: one token per entry not yet done
 	bytes                *semaphore.Weighted // the pipeline's byte budget
-	queue                chan *pending       // entries in submission order; never blocks (cap == window)
-	followQueue          chan *pending       // stage 2: entries whose first message is acked
 
 	mu        sync.Mutex
 	inflight  map[string]chan struct{} // object key -> done of its in-flight message
@@ -278,42 +276,82 @@ type Pipeline struct {
 	dups     prometheus.Counter
 	events   map[eventKey]prometheus.Counter
 
-	stopped  chan struct{}
-	stopped2 chan struct{}
-	cancel   context.CancelFunc
+	// The stages' goroutines run only while they have entries (kick), and
+	// their queues hold memory only while not empty: a quiet watch's
+	// pipeline holds no goroutine, no stack and no window
+	// (docs/PERFORMANCE.md, "Memory per watch"). wg counts them for Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// bookmarkOnly is stage 2's: nothing but bookmarks (or other
+	// publish-free entries) moved the watermark since the last Advance.
+	bookmarkOnly bool
 }
 
 // NewPipeline starts a pipeline for one watch of source. onAdvance is called
-// from the pipeline's goroutine, in order, with each new watermark. Close
-// stops it.
+// from the pipeline's goroutines, in order (one at a time), with each new
+// watermark. Close stops it.
 func (s *Sink) NewPipeline(source string, onAdvance func(Advance)) *Pipeline {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pipeline{
 		s: s, source: source, onAdvance: onAdvance,
-		log:         s.o.Logger.With(zap.String("source", source)),
-		slots:       make(chan struct{}, s.o.MaxInFlight),
-		bytes:       semaphore.NewWeighted(s.o.MaxInFlightBytes),
-		queue:       make(chan *pending, s.o.MaxInFlight),
-		followQueue: make(chan *pending, s.o.MaxInFlight),
-		inflight:    map[string]chan struct{}{},
-		stopped:     make(chan struct{}),
-		stopped2:    make(chan struct{}),
-		cancel:      cancel,
-		inFlight:    s.o.Metrics.InFlight.WithLabelValues(source),
-		inBytes:     s.o.Metrics.InFlightBytes.WithLabelValues(source),
-		lag:         s.o.Metrics.Lag.WithLabelValues(source),
-		dups:        s.o.Metrics.Duplicates.WithLabelValues(source),
-		events:      map[eventKey]prometheus.Counter{},
+		log:          s.o.Logger.WithLazy(zap.String("source", source)),
+		slots:        make(chan struct{}, s.o.MaxInFlight),
+		bytes:        semaphore.NewWeighted(s.o.MaxInFlightBytes),
+		inflight:     map[string]chan struct{}{},
+		ctx:          ctx,
+		cancel:       cancel,
+		bookmarkOnly: true,
+		inFlight:     s.o.Metrics.InFlight.WithLabelValues(source),
+		inBytes:      s.o.Metrics.InFlightBytes.WithLabelValues(source),
+		lag:          s.o.Metrics.Lag.WithLabelValues(source),
+		dups:         s.o.Metrics.Duplicates.WithLabelValues(source),
+		events:       map[eventKey]prometheus.Counter{},
 	}
-	p.evStage, p.followStage = p.newStage(p.queue), p.newStage(p.followQueue)
+	p.evStage, p.followStage = p.newStage(), p.newStage()
 	for _, t := range []event.Type{event.Added, event.Modified, event.Deleted} {
 		for _, o := range []event.Origin{event.OriginWatch, event.OriginInitial, event.OriginResync} {
 			p.events[eventKey{t, o}] = s.o.Metrics.Events.WithLabelValues(source, string(t), string(o))
 		}
 	}
-	go p.run(ctx)
-	go p.runFollowUps(ctx)
 	return p
+}
+
+// enqueue queues pe for stage st and starts the stage's goroutine (run or
+// runFollowUps) unless it runs or the pipeline is closed. Never blocks: at
+// most cap(slots) entries are queued.
+func (p *Pipeline) enqueue(st *stage, pe *pending, run func(context.Context)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st.queue = append(st.queue, pe)
+	if st.running || p.ctx.Err() != nil {
+		return
+	}
+	st.running = true
+	p.wg.Go(func() { run(p.ctx) })
+}
+
+// next is stage st's next entry. A stage with none left ends (false),
+// giving its queue's memory back; enqueue starts it again.
+func (p *Pipeline) next(ctx context.Context, st *stage) (*pending, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st.head == len(st.queue) || ctx.Err() != nil {
+		st.running = false
+		st.queue, st.head = nil, 0
+		return nil, false
+	}
+	pe := st.queue[st.head]
+	st.queue[st.head] = nil
+	st.head++
+	return pe, true
+}
+
+// waiting is how many entries wait behind the one stage st awaits.
+func (p *Pipeline) waiting(st *stage) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(st.queue) - st.head
 }
 
 // stage is the retry state of one stage of a pipeline.
@@ -321,7 +359,12 @@ type stage struct {
 	// failures reports "publish failed; retrying": logged when a run of
 	// failures starts, summarised, and when it ends (see await).
 	failures *retry.Failures
-	queue    chan *pending // the entries behind the one awaited
+	// queue[head:] are the entries behind the one awaited, in order;
+	// running says whether the stage's goroutine runs. Under the
+	// pipeline's mu.
+	queue   []*pending
+	head    int
+	running bool
 	// resumed is set when a retried publish is acked and cleared when a
 	// first publish is: the publishes behind a retried one failed in the
 	// same outage (their acks timed out while NATS was away; the client
@@ -331,8 +374,8 @@ type stage struct {
 	resumed atomic.Bool
 }
 
-func (p *Pipeline) newStage(queue chan *pending) *stage {
-	return &stage{queue: queue,
+func (p *Pipeline) newStage() *stage {
+	return &stage{
 		failures: retry.NewFailures(p.log, "publish failed; retrying (the watch is paused meanwhile)", retry.AtLevel(zapcore.WarnLevel))}
 }
 
@@ -377,7 +420,7 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 		pe.future = p.publishCounted(first, firstTo)
 		failpoint.Inject(failpoint.SinkAfterPublish)
 	}
-	p.queue <- pe // cannot block: at most cap(slots) entries are queued
+	p.enqueue(p.evStage, pe, p.run)
 	return nil
 }
 
@@ -545,12 +588,9 @@ const (
 // message's ack (retrying failures), publishes its follow-up write, and
 // hands the entry to stage 2.
 func (p *Pipeline) run(ctx context.Context) {
-	defer close(p.stopped)
 	for {
-		var pe *pending
-		select {
-		case pe = <-p.queue:
-		case <-ctx.Done():
+		pe, ok := p.next(ctx, p.evStage)
+		if !ok {
 			return
 		}
 		if pe.e.Msg != nil {
@@ -563,20 +603,16 @@ func (p *Pipeline) run(ctx context.Context) {
 		} else if pe.e.FollowUp != nil {
 			pe.followFuture = pe.future
 		}
-		p.followQueue <- pe // cannot block: at most cap(slots) entries are queued
+		p.enqueue(p.followStage, pe, p.runFollowUps)
 	}
 }
 
 // runFollowUps is stage 2: it waits for follow-up writes in order, then releases the
 // object, advances the watermark and frees the slot.
 func (p *Pipeline) runFollowUps(ctx context.Context) {
-	defer close(p.stopped2)
-	bookmarkOnly := true
 	for {
-		var pe *pending
-		select {
-		case pe = <-p.followQueue:
-		case <-ctx.Done():
+		pe, ok := p.next(ctx, p.followStage)
+		if !ok {
 			return
 		}
 		if pe.e.FollowUp != nil {
@@ -586,7 +622,7 @@ func (p *Pipeline) runFollowUps(ctx context.Context) {
 		}
 		p.release(pe)
 		if pe.e.Msg != nil || pe.e.FollowUp != nil || !pe.e.Bookmark {
-			bookmarkOnly = false
+			p.bookmarkOnly = false
 		}
 		p.mu.Lock()
 		advance := pe.e.ResourceVersion != "" && (pe.e.ResourceVersion != p.lastRV || pe.e.Epoch != p.lastEp)
@@ -597,8 +633,8 @@ func (p *Pipeline) runFollowUps(ctx context.Context) {
 		p.mu.Unlock()
 		failpoint.Inject(failpoint.SinkAfterAck)
 		if advance && p.onAdvance != nil {
-			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: bookmarkOnly, FollowUpSeq: followSeq, StreamSeq: pe.fromSeq})
-			bookmarkOnly = true
+			p.onAdvance(Advance{ResourceVersion: pe.e.ResourceVersion, Epoch: pe.e.Epoch, BookmarkOnly: p.bookmarkOnly, FollowUpSeq: followSeq, StreamSeq: pe.fromSeq})
+			p.bookmarkOnly = true
 		}
 		p.releaseBytes(pe)
 		<-p.slots
@@ -653,7 +689,7 @@ func (p *Pipeline) await(ctx context.Context, st *stage, m *event.Message, to ta
 				// One run of failures per outage, not one per entry of the
 				// window: it ends at a first publish acked, or when
 				// nothing waits behind this one.
-				if st.failures.Failing() > 0 && (attempt == 0 || len(st.queue) == 0) {
+				if st.failures.Failing() > 0 && (attempt == 0 || p.waiting(st) == 0) {
 					st.failures.OK(zap.String("subject", m.Subject), zap.String("stream", to.stream), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
 				}
 				return true
@@ -711,7 +747,7 @@ func (p *Pipeline) Drain(ctx context.Context) error {
 			for ; i > 0; i-- {
 				<-p.slots
 			}
-			return fmt.Errorf("drain %s: %d publishes still unacknowledged: %w", p.source, len(p.queue)+len(p.followQueue), ctx.Err())
+			return fmt.Errorf("drain %s: %d publishes still unacknowledged: %w", p.source, p.waiting(p.evStage)+p.waiting(p.followStage), ctx.Err())
 		}
 	}
 	for i := 0; i < cap(p.slots); i++ {
@@ -724,8 +760,7 @@ func (p *Pipeline) Drain(ctx context.Context) error {
 // (they were never checkpointed, so a restart replays them).
 func (p *Pipeline) Close() {
 	p.cancel()
-	<-p.stopped
-	<-p.stopped2
+	p.wg.Wait()
 	p.s.undeliverable.forget(p)
 	p.mu.Lock()
 	n := p.unacked

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"strconv"
+	"sync"
 )
 
 // frameReader splits the apiserver's JSON watch stream into frames, one
@@ -17,6 +18,13 @@ import (
 // A frame may be at most limit bytes long: the buffer never grows past
 // limit+1 bytes, so a frame without an end (a broken or hostile server)
 // costs that much memory, not all there is, and is a *tooLargeError.
+//
+// A reader with nothing buffered holds no buffer of its own: it waits for
+// the stream in a small one (idle, inside the reader) and takes a larger
+// one from a pool shared by every reader only when a frame does not fit,
+// giving it back as soon as every byte read was returned. A quiet watch
+// (most of a source's per-namespace watches) then holds idleBufSize
+// bytes of buffer (docs/PERFORMANCE.md, "Memory per watch").
 type frameReader struct {
 	r          io.Reader
 	limit      int
@@ -28,11 +36,40 @@ type frameReader struct {
 	depth int
 	inStr bool
 	err   error // from r; returned once the buffered bytes are used up
+	idle  [idleBufSize]byte
 }
+
+// idleBufSize is the buffer a reader waits in: a bookmark or a small
+// change fits; anything larger moves to a pooled buffer.
+const idleBufSize = 512
+
+// pooledBufSize is the size of the pooled buffers (a 9 KB pod fits; an
+// HTTP/2 DATA frame is at most 16 KiB); a reader whose frame is larger
+// grows its own, up to limit+1, and drops it once done.
+const pooledBufSize = 16 << 10
+
+var framePool = sync.Pool{New: func() any { b := make([]byte, pooledBufSize); return &b }}
 
 // newFrameReader reads frames of at most limit bytes from r.
 func newFrameReader(r io.Reader, limit int) *frameReader {
-	return &frameReader{r: r, limit: limit, buf: make([]byte, min(64<<10, limit+1))}
+	f := &frameReader{r: r, limit: limit}
+	f.buf = f.idleBuf()
+	return f
+}
+
+// idleBuf is the reader's own small buffer, at most limit+1 bytes.
+func (f *frameReader) idleBuf() []byte { return f.idle[:min(idleBufSize, f.limit+1)] }
+
+// Close gives the reader's pooled buffer back; the last frame returned is
+// invalid from then on.
+func (f *frameReader) Close() { f.release() }
+
+// release gives a pooled buffer back (a grown one is dropped) and waits in
+// the idle one again; only called with nothing buffered.
+func (f *frameReader) release() {
+	f.putBack()
+	f.buf = f.idleBuf()
+	f.start, f.end, f.pos = 0, 0, 0
 }
 
 // Next returns the next frame, valid until the next call. At the end of
@@ -127,16 +164,16 @@ func (f *frameReader) fill() error {
 	if f.err != nil {
 		return f.err
 	}
-	if f.start > 0 {
+	if f.start == f.end {
+		// Nothing buffered (between frames): wait in the idle buffer.
+		f.release()
+	} else if f.start > 0 {
 		n := copy(f.buf, f.buf[f.start:f.end])
 		f.pos -= f.start
 		f.start, f.end = 0, n
 	}
 	if f.end == len(f.buf) {
-		// Not append, which may round the capacity past limit+1.
-		grown := make([]byte, min(2*len(f.buf), f.limit+1))
-		copy(grown, f.buf[:f.end])
-		f.buf = grown
+		f.grow()
 	}
 	for {
 		n, err := f.r.Read(f.buf[f.end:])
@@ -150,6 +187,33 @@ func (f *frameReader) fill() error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// grow moves the buffered bytes to a larger buffer: from the idle one to a
+// pooled one, then doubling, up to limit+1 bytes (grow is called with a
+// full buffer only, so shorter than that: see fill).
+func (f *frameReader) grow() {
+	var grown []byte
+	if f.waiting() {
+		grown = (*framePool.Get().(*[]byte))[:min(pooledBufSize, f.limit+1)]
+	} else {
+		// Not append, which may round the capacity past limit+1.
+		grown = make([]byte, min(2*len(f.buf), f.limit+1))
+	}
+	copy(grown, f.buf[:f.end])
+	f.putBack()
+	f.buf = grown
+}
+
+// waiting reports whether the reader is in its idle buffer.
+func (f *frameReader) waiting() bool { return &f.buf[:1][0] == &f.idle[0] }
+
+// putBack gives buf to the pool if it came from there.
+func (f *frameReader) putBack() {
+	if !f.waiting() && cap(f.buf) == pooledBufSize {
+		b := f.buf[:pooledBufSize]
+		framePool.Put(&b)
 	}
 }
 

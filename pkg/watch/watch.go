@@ -196,7 +196,7 @@ func New(o Options) *Watch {
 	}
 	w := &Watch{
 		o: o, key: checkpoint.Key(src.Name, o.Namespace), filter: filter,
-		log:        o.Logger.With(zap.String("source", src.Name), zap.String("namespace", o.Namespace)),
+		log:        o.Logger.WithLazy(zap.String("source", src.Name), zap.String("namespace", o.Namespace)),
 		trackedG:   o.Metrics.TrackedObjects.WithLabelValues(src.Name),
 		filtered:   o.Metrics.EventsFiltered.WithLabelValues(src.Name),
 		suppressed: o.Metrics.EventsSuppressed.WithLabelValues(src.Name),

@@ -25,7 +25,7 @@ func scale(args []string) int {
 		objects    = fs.String("objects", "10000,100000,1000000", "tracked sizes (replay server); the largest gets the restart and 410 steps")
 		podShare   = fs.Float64("pod-share", 0.15, "share of the tracked objects that are recorded 9 KB pods (the rest: ConfigMaps)")
 		namespaces = fs.Int("namespaces", 10000, "namespaces the tracked objects are spread over")
-		watchNS    = fs.String("watch-namespaces", "1,100,5000", "sizes of the per-namespace step (real kube-apiserver): namespaces listed by one source")
+		watchNS    = fs.String("watch-namespaces", "1,100,5000,10000", "sizes of the per-namespace step (real kube-apiserver): namespaces listed by one source")
 		sources    = fs.Int("sources", 200, "sources in one relayd (real kube-apiserver)")
 		rateRepl   = fs.String("rate-replicas", "1,3", "rate step: the streams' replicas (1: the harness's nats-server; n: a cluster of n nats-servers)")
 		rateStart  = fs.Float64("rate-start", 1000, "rate step: the search's first rate (events/s); it doubles while probes hold")
@@ -36,6 +36,7 @@ func scale(args []string) int {
 		cache      = fs.String("cache", ".cache/bench", "recordings are kept here")
 		work       = fs.String("work", "", "configs, logs, NATS store (default: <cache>/scale)")
 		out        = fs.String("out", "", "write the Markdown report here (default: <work>/results.md) and JSON next to it")
+		profileW   = fs.Bool("profile-watches", false, "per-namespace step: run relayd in-process and write its heap and goroutine profiles at each size (<work>/profiles)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -91,7 +92,7 @@ func scale(args []string) int {
 		Record: bench.RecordOptions{PodEvents: *podEvents, WidgetEvents: 5, Logf: logf}, Logf: logf,
 	}, bench.ScaleOptions{
 		Steps: strings.Split(*steps, ","), Objects: objs, PodShare: *podShare, Namespaces: *namespaces,
-		WatchNamespaces: wns, Sources: *sources, Quick: *quick,
+		WatchNamespaces: wns, Sources: *sources, Quick: *quick, ProfileWatches: *profileW,
 		Rate: bench.RateOptions{Replicas: repl, Start: *rateStart, Max: *rateMax, Probe: *rateProbe, Hold: *rateHold},
 	})
 	if rep != nil {
