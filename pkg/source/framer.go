@@ -76,6 +76,36 @@ func (f *frameReader) Next() ([]byte, error) {
 	}
 }
 
+// NextLine is Next for a stream of one frame per line, as the apiserver
+// writes it (each frame then a newline, in one write): if a whole line of
+// at most limit bytes is buffered and valid accepts it (without the
+// whitespace around it), it is the frame, found with bytes.IndexByte
+// instead of Next's scan, and parsed is true. valid must accept exactly
+// one JSON value and nothing else (event.ParseWatchEvent's check, which
+// the watcher makes of every frame anyway), so that a line it accepts is
+// the frame Next would return. Otherwise (no newline buffered yet, a line
+// that is not one JSON value, a line too long) it is Next, and parsed is
+// false. It never reads more of the stream than Next would: a frame whose
+// newline is late is not held back.
+func (f *frameReader) NextLine(valid func([]byte) bool) (frame []byte, parsed bool, err error) {
+	for f.start < f.end && isJSONSpace(f.buf[f.start]) {
+		f.start++
+	}
+	n := min(f.end-f.start, f.limit+1) // a frame of limit bytes and its newline
+	if j := bytes.IndexByte(f.buf[f.start:f.start+n], '\n'); j > 0 {
+		line := f.buf[f.start : f.start+j : f.start+j]
+		for len(line) > 0 && isJSONSpace(line[len(line)-1]) {
+			line = line[:len(line)-1]
+		}
+		if valid(line) {
+			f.start += j + 1
+			return line, true, nil
+		}
+	}
+	frame, err = f.Next()
+	return frame, false, err
+}
+
 // scan continues the scan of the current frame over the buffered bytes and
 // returns the offset just past its end, if it is there.
 func (f *frameReader) scan() (int, bool) {
