@@ -111,13 +111,13 @@ func TestFrameReaderNextLineLikeNext(t *testing.T) {
 		stream string
 		lines  int // frames taken as lines by a validator (json.Valid), read whole
 	}{
-		{" \n" + a + "\n" + b + "\r\n\t" + a + "\n\n" + b, 2},                             // the first by Next, the last has no newline
+		{" \n" + a + "\n" + b + "\r\n\t" + a + "\n\n" + b, 3},                             // the last has no newline: Next
 		{a + b + "\n" + a + "\n", 2},                                                      // two frames on a line
 		{"{\n \"type\": \"ADDED\",\n \"object\": {}\n}\n" + a + "\n", 1},                  // pretty-printed
-		{a + "\n" + a + "\n" + a + " x\n" + b + "\n", 1},                                  // garbage after a frame
-		{a + "\n" + a + "\n" + `{"type":"ADDED","object":{"name":"b`, 1},                  // truncated
-		{a + "\n" + a + "\n<html>502</html>\n", 1},                                        // not JSON
-		{a + "\n" + a + "\n" + `{"k":"` + strings.Repeat("x", 2000) + `"}` + "\n" + a, 1}, // a line over the limit
+		{a + "\n" + a + "\n" + a + " x\n" + b + "\n", 2},                                  // garbage after a frame
+		{a + "\n" + a + "\n" + `{"type":"ADDED","object":{"name":"b`, 2},                  // truncated
+		{a + "\n" + a + "\n<html>502</html>\n", 2},                                        // not JSON
+		{a + "\n" + a + "\n" + `{"k":"` + strings.Repeat("x", 2000) + `"}` + "\n" + a, 2}, // a line over the limit
 	} {
 		stream := tc.stream
 		for name, valid := range map[string]func([]byte) bool{
@@ -142,6 +142,50 @@ func TestFrameReaderNextLineLikeNext(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A frame complete without a newline after it (a server other than the
+// apiserver) is returned without reading more of the stream, which may
+// not come before the next change: whole, or split over two reads.
+func TestFrameReaderNextLineDoesNotWaitForANewline(t *testing.T) {
+	for _, tc := range []struct {
+		chunks []string
+		frames int
+	}{
+		{[]string{`{"type":"ADDED","object":{}}`}, 1},
+		{[]string{`{"type":"ADDED",`, `"object":{}}`}, 1},
+		{[]string{`{"type":"ADDED","object":{}}` + "\n", `{"type":"BOOKMARK","object":{}}`}, 2},
+	} {
+		r := &tripwire{chunks: tc.chunks}
+		f := newFrameReader(r, 1024)
+		for range tc.frames {
+			if _, _, err := f.NextLine(json.Valid); err != nil {
+				t.Fatalf("%q: %v", tc.chunks, err)
+			}
+		}
+		if r.tripped {
+			t.Errorf("%q: NextLine read past the complete frame in %q", tc.chunks, r.last)
+		}
+	}
+}
+
+// tripwire returns its chunks one Read each, then trips: a read after the
+// last chunk, which a stream that has not ended would block.
+type tripwire struct {
+	chunks  []string
+	last    string
+	tripped bool
+}
+
+func (r *tripwire) Read(p []byte) (int, error) {
+	if len(r.chunks) == 0 {
+		r.tripped = true
+		return 0, io.EOF
+	}
+	r.last = r.chunks[0]
+	n := copy(p, r.chunks[0])
+	r.chunks = r.chunks[1:]
+	return n, nil
 }
 
 // readLines reads f with NextLine until an error, and counts the frames it
