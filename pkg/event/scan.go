@@ -107,14 +107,16 @@ func scanString(data []byte, i int) (int, uint8, error) {
 	for {
 		// Eight bytes at a time up to the first that is not plain, then
 		// byte by byte (the string's end, an escape, a high byte).
+		found := false
 		for i+8 <= len(data) {
 			if m := notPlain8(binary.LittleEndian.Uint64(data[i:])); m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
+				found = true
 				break
 			}
 			i += 8
 		}
-		for i < len(data) && strPlain[data[i]] {
+		for !found && i < len(data) && strPlain[data[i]] {
 			i++
 		}
 		if i >= len(data) {
