@@ -91,7 +91,8 @@ type Item struct {
 }
 
 // Handler consumes items. It may block (backpressure); the watcher stops
-// reading meanwhile. An error stops Run and is returned by it.
+// reading meanwhile. An error stops Run and is returned by it. The Item is
+// valid only during the call (the watcher reuses it).
 type Handler func(ctx context.Context, it *Item) error
 
 // Start is where a watcher begins.
@@ -833,6 +834,9 @@ type watchStream struct {
 	sync       event.SyncEvent
 	origin     event.Origin
 	n          int64 // objects of the streaming list
+	// item is the Item of every object frame, reused: like its Object,
+	// it is valid only during the Handler call.
+	item Item
 }
 
 // watchRequest is the request of a watch, or of a streaming list.
@@ -912,7 +916,8 @@ func (w *Watcher) objectFrame(ctx context.Context, s *watchStream, typ string, o
 	if w.o.MetadataOnly {
 		o.OverrideTypeMeta(w.apiVersion, w.o.Resource.Kind)
 	}
-	it := &Item{Kind: ItemObject, Type: t, Origin: s.origin, Object: *o, Epoch: w.epoch, ReadAt: readAt}
+	it := &s.item
+	*it = Item{Kind: ItemObject, Type: t, Origin: s.origin, Object: *o, Epoch: w.epoch, ReadAt: readAt}
 	if s.streamList {
 		s.n++
 	} else {
