@@ -586,6 +586,10 @@ func (p *Pipeline) runFollowUps(ctx context.Context) {
 			}
 		}
 		p.release(pe)
+		if pe.e.Msg != nil {
+			// Stored, never published again: its encoder may reuse the body.
+			pe.e.Msg.Release()
+		}
 		if pe.e.Msg != nil || pe.e.FollowUp != nil || !pe.e.Bookmark {
 			bookmarkOnly = false
 		}

@@ -497,3 +497,43 @@ func TestPublishSetsTheMsgIDAndExpectedStreamHeaders(t *testing.T) {
 		ack(f)
 	}
 }
+
+// An event's body goes back to its encoder (event.Message.Release) only
+// when its entry is done: after the event's ack and its index write's, and
+// never while a failed publish may be retried from it.
+func TestEventBodyIsReleasedOnlyWhenItsEntryIsDone(t *testing.T) {
+	fake, p, _, adv := newPipeline(t, 8)
+	ctx := t.Context()
+	enc, err := event.NewEncoder(event.EncoderOptions{Cluster: "c", Source: "src", MaxPayload: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := enc.Encode(&event.Change{Type: event.Added, Origin: event.OriginWatch, Epoch: 1,
+		Resource: event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true},
+		Meta:     event.Meta{UID: "u1", Namespace: "ns", Name: "a", ResourceVersion: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(msg.Data)
+	e := withIndex(Entry{Msg: &msg, ObjectKey: "u1", ResourceVersion: "1", Type: event.Added, Origin: event.OriginWatch}, "u1")
+	if err := p.Submit(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	first := fake.next(t)
+	fail(first, nats.ErrTimeout)
+	retry := fake.next(t)
+	if string(retry.msg.Data) != body {
+		t.Fatalf("retried with body %.60q…, want %.60q…", retry.msg.Data, body)
+	}
+	ack(retry)
+	ix := fake.next(t)
+	noAdvance(t, adv)
+	if string(msg.Data) != body {
+		t.Fatalf("event acked, index write pending: body is %.60q…, want it kept", msg.Data)
+	}
+	ackSeq(ix, 1)
+	nextAdvance(t, adv)
+	if msg.Data != nil {
+		t.Errorf("entry done: body %.60q… not released", msg.Data)
+	}
+}
