@@ -185,7 +185,7 @@ func capacityGoals(c *CapacityResult, why string) []Goal {
 			c, "pods", ModeRelayd, ModeDynamic, why),
 		ratioGoal(fmt.Sprintf("capacity: relayd ÷ %s consumer, pods, %s", ModeTyped, perCPU), 8, "≥ 8.0×",
 			c, "pods", ModeRelayd, ModeTyped, why),
-		ratioGoal(fmt.Sprintf("capacity: relayd ÷ %s consumer, widgets, %s", ModeDynamic, perCPU), 4, "≥ 4.0×",
+		ratioGoal(fmt.Sprintf("capacity: relayd ÷ %s consumer, widgets, %s", ModeDynamic, perCPU), 3.5, "≥ 3.5×",
 			c, "widgets", ModeRelayd, ModeDynamic, why),
 		ratioGoal("capacity: relayd with drop + ignoreChanges ÷ plain relayd, pods, "+perCPU, 0.85, "≥ 0.85×",
 			c, "pods", ConsumerRelaydShaped, ModeRelayd, why),
