@@ -153,6 +153,7 @@ func TestReportGoals(t *testing.T) {
 		return &MemoryResult{Points: peaks, RSSPerObject: 200, LiveHeapPerObject: 120, HeapPerObject: 130}
 	}
 	const (
+		absPods  = "capacity: relayd, pods (9 KB), events per CPU-second"
 		dynPods  = "capacity: relayd ÷ dynamic consumer, pods"
 		typPods  = "capacity: relayd ÷ typed consumer, pods"
 		dynWidg  = "capacity: relayd ÷ dynamic consumer, widgets"
@@ -174,9 +175,10 @@ func TestReportGoals(t *testing.T) {
 		want []want
 	}{{
 		name: "every figure measured",
-		r:    &Report{Capacity: capacity(3000, 2000, 1000, 2700), Latency: latency(3000, 3000)},
+		r:    &Report{Capacity: capacity(24000, 3000, 2000, 21600), Latency: latency(3000, 3000)},
 		want: []want{
-			{prefix: dynPods, miss: "25% short"},
+			{prefix: absPods, met: true, measuredHas: "24,000"},
+			{prefix: dynPods, miss: "20% short", measuredHas: "8.00×"},
 			{prefix: typPods, met: true},
 			{prefix: dynWidg, met: true},
 			{prefix: shaped, met: true, measuredHas: "0.90×"},
@@ -227,6 +229,7 @@ func TestReportGoals(t *testing.T) {
 		name: "0 ratios: failure rows",
 		r:    &Report{Capacity: capacity(0, 2000, 0, 0)},
 		want: []want{
+			{prefix: absPods, miss: "relayd measured 0: failed"},
 			{prefix: dynPods, miss: "a side measured 0 (relayd: 0, dynamic: 2000): failed"},
 			{prefix: typPods, miss: "a side measured 0"},
 			{prefix: shaped, miss: "a side measured 0"},
@@ -234,12 +237,21 @@ func TestReportGoals(t *testing.T) {
 		},
 	}, {
 		name: "a missing side: not measured",
-		r:    &Report{Capacity: capacity(3000, -1, 1000, -1)},
+		r:    &Report{Capacity: capacity(30000, -1, 1000, -1)},
 		want: []want{
+			{prefix: absPods, met: true},
 			{prefix: dynPods, notMeasured: true, miss: "not measured: no figure for dynamic on pods"},
 			{prefix: shaped, notMeasured: true, miss: "not measured: no figure for relayd-shaped on pods"},
 			{prefix: typPods, met: true},
 		},
+	}, {
+		name: "relayd below 20,000 pod events per CPU-second",
+		r:    &Report{Capacity: capacity(16000, 1000, 1000, 16000)},
+		want: []want{{prefix: absPods, miss: "20% short (needs 1.25× of what was measured)", measuredHas: "16,000"}, {prefix: dynPods, met: true}},
+	}, {
+		name: "relayd missing: not measured",
+		r:    &Report{Capacity: capacity(-1, 1000, 1000, -1)},
+		want: []want{{prefix: absPods, notMeasured: true, miss: "not measured: no figure for relayd on pods"}},
 	}, {
 		name: "shaped ÷ plain below 0.85",
 		r:    &Report{Capacity: capacity(3000, 1000, 1000, 2400)},
@@ -253,6 +265,7 @@ func TestReportGoals(t *testing.T) {
 		r: &Report{Options: Options{Scenarios: []string{ScenarioCapacity, ScenarioLatency, ScenarioMemory, ScenarioRecovery}, IdleFor: time.Minute},
 			Errors: map[string]string{ScenarioCapacity: "bench: capacity: boom"}},
 		want: []want{
+			{prefix: absPods, notMeasured: true, miss: "the scenario failed: bench: capacity: boom"},
 			{prefix: dynPods, notMeasured: true, miss: "the scenario failed: bench: capacity: boom"},
 			{prefix: shaped, notMeasured: true, miss: "boom"},
 			{prefix: p50, notMeasured: true, miss: "did not run"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -142,6 +143,15 @@ func capacityCases(rec *Recording) []capacityCase {
 func (h *harness) capacity(ctx context.Context, rec *Recording) (*CapacityResult, error) {
 	res := &CapacityResult{}
 	cases := capacityCases(rec)
+	if len(h.o.Consumers) > 0 {
+		var some []capacityCase
+		for _, c := range cases {
+			if slices.Contains(h.o.Consumers, c.consumer) {
+				some = append(some, c)
+			}
+		}
+		cases = some
+	}
 	for rep := 1; rep <= h.o.Repeat; rep++ {
 		for _, c := range cases {
 			run, err := h.capacityRun(ctx, c, "")

@@ -43,6 +43,10 @@ type Options struct {
 	// Repeat is how often each capacity measurement is taken (interleaved).
 	Repeat    int
 	Scenarios []string
+	// Consumers limits the capacity scenario to these consumers (relayd,
+	// dynamic, typed, relayd-shaped, ...); empty: all. Goals whose other
+	// side did not run are reported as not measured.
+	Consumers []string
 	// Latency: writes per second, for how long, then how long to watch an
 	// idle relayd for checkpoint writes.
 	LatencyRate              int

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -65,6 +66,48 @@ type Encoder struct {
 	jsonDCT      string // `,"datacontenttype":"application/json"`
 	jsonCluster  string // `,"k8scluster":"…"`
 	jsonRelaydSr string // `,"relaydsource":"…"`
+	// bodies are structured event bodies given back by Message.Release,
+	// for the next events: a watch's events are stored one after another,
+	// so a few buffers serve all of them instead of one allocation (of the
+	// object's size) per event (docs/PERFORMANCE.md, "What bounds it").
+	bodies sync.Pool
+}
+
+// body is a structured event body from Encoder.bodies.
+type body struct {
+	b    []byte
+	pool *sync.Pool
+}
+
+// maxPooledBody bounds the bodies kept for reuse: a rare large object's
+// buffer is collected, not held.
+const maxPooledBody = 64 << 10
+
+// newBody returns an empty buffer of capacity n or more: a released one if
+// one is big enough.
+func (e *Encoder) newBody(n int) *body {
+	if b, _ := e.bodies.Get().(*body); b != nil && cap(b.b) >= n {
+		return b
+	}
+	return &body{b: make([]byte, 0, n), pool: &e.bodies}
+}
+
+// Release gives m's body back to the Encoder that built it, for a later
+// message of that Encoder, and sets m.Data to nil. Call it only once m
+// and every copy of it are no longer used: the sink does, when the
+// message is stored and its entry done. A message never released is
+// simply collected; one without a body of its own (a binary event, a
+// marker) is left as it is.
+func (m *Message) Release() {
+	b := m.body
+	if b == nil {
+		return
+	}
+	m.body, m.Data = nil, nil
+	if cap(b.b) <= maxPooledBody {
+		b.b = b.b[:0]
+		b.pool.Put(b)
+	}
 }
 
 // NewEncoder validates o and returns an Encoder. Errors name the offending
@@ -204,6 +247,8 @@ type Message struct {
 	// only its attributes and extensions name the change. Oversize is
 	// true too.
 	Unencodable bool
+	// body is the buffer of Data when the Encoder may reuse it (Release).
+	body *body
 }
 
 // Size is the number of bytes NATS counts against the server's max payload:
@@ -273,12 +318,14 @@ func (e *Encoder) Encode(c *Change) (Message, error) {
 	if full <= limit {
 		return msg, nil
 	}
+	msg.Release() // not published: its body can serve the next event
 	msg = e.build(&ev, AppendReference(nil, m), PayloadReference, formReference)
 	msg.Oversize = true
 	ref := msg.Size()
 	if ref <= limit {
 		return msg, nil
 	}
+	msg.Release()
 	msg = e.build(&ev, nil, PayloadNone, formBare)
 	msg.Oversize, msg.Unencodable = true, true
 	if size := msg.Size(); size > limit {
@@ -423,8 +470,8 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	// extensions), escapes are rare and only make append grow once.
 	n := 600 + len(data) + len(ev.id) + dropLen(c.Dropped) + 2*(len(m.Namespace)+len(m.Name)+len(r.Group)+len(r.Version)+len(r.Resource)) +
 		len(m.APIVersion) + len(m.Kind) + len(m.UID) + len(m.ResourceVersion) + len(e.jsonSrcType) + len(e.jsonCluster)
-	b := make([]byte, 0, n)
-	b = append(b, `{"specversion":"`+SpecVersion+`","id":`...)
+	buf := e.newBody(n)
+	b := append(buf.b[:0], `{"specversion":"`+SpecVersion+`","id":`...)
 	b = appendJSONString(b, ev.id)
 	b = append(b, e.jsonSrcType...)
 	b = append(b, c.Type...)
@@ -481,6 +528,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 
 	vals := make([]string, 2)
 	vals[0], vals[1] = ContentTypeCloudEvents, ev.msgID
+	buf.b = b
 	return Message{
 		Subject: ev.subject,
 		MsgID:   ev.msgID,
@@ -489,6 +537,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 			HeaderMsgID:       vals[1:2:2],
 		},
 		Data: b,
+		body: buf,
 	}
 }
 

@@ -612,3 +612,36 @@ func TestDecodeErrors(t *testing.T) {
 		t.Errorf("case-insensitive header: %+v, %v", env, err)
 	}
 }
+
+// A released message has no body; the encoder's next message, in the
+// released buffer or not, is its own.
+func TestReleasedBodyServesTheNextEvent(t *testing.T) {
+	e := newTestEncoder(t, EncoderOptions{Cluster: "prod", Source: "pods", MaxPayload: 1 << 20})
+	change := func(name string) *Change {
+		return &Change{Type: Added, Origin: OriginWatch, Epoch: 1, Time: testTime, Resource: podsResource,
+			Meta: Meta{UID: "u-" + name, Namespace: "ns", Name: name, ResourceVersion: "1"}}
+	}
+	m1, err := e.Encode(change("first-with-a-longer-name"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1.Release()
+	if m1.Data != nil {
+		t.Errorf("released message keeps its body %.40q…", m1.Data)
+	}
+	m1.Release() // twice: nothing more
+	for _, name := range []string{"b", "c"} {
+		m, err := e.Encode(change(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := DecodeStructured(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.K8sName != name || env.K8sUID != "u-"+name {
+			t.Errorf("message of %s carries %s (%s)", name, env.K8sName, env.K8sUID)
+		}
+		m.Release()
+	}
+}

@@ -1,6 +1,8 @@
 package event
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
@@ -61,6 +63,20 @@ var strPlain = func() (t [256]bool) {
 	return t
 }()
 
+// notPlain8 has the high bit set in the byte of x (eight bytes of a string,
+// little endian) that is the first not strPlain, if any: a control
+// character (< 0x20), '"', '\\' or a byte >= 0x80. Bytes above that one may
+// be marked too (borrows), bytes below it never: so the lowest marked byte
+// is the first one not plain, and 0 means all eight are plain.
+func notPlain8(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote, backslash := x^(ones*'"'), x^(ones*'\\')
+	// With no byte >= 0x80 (x&highs catches those), each subtraction sets
+	// the high bit of the first byte below the bound (0x20), or zero
+	// (the byte equal to '"' or '\\'), and of no byte before it.
+	return (x | (x - ones*0x20) | (quote - ones) | (backslash - ones)) & highs
+}
+
 // Flags returned by scanString.
 const (
 	strEscaped = 1 << iota // the string contains a backslash escape
@@ -70,7 +86,8 @@ const (
 func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
 
 func skipWS(data []byte, i int) int {
-	for i < len(data) && isSpace(data[i]) {
+	// Compact JSON has no whitespace: one comparison for the usual byte.
+	for i < len(data) && data[i] <= ' ' && isSpace(data[i]) {
 		i++
 	}
 	return i
@@ -88,7 +105,18 @@ func scanString(data []byte, i int) (int, uint8, error) {
 	var flags uint8
 	i++
 	for {
-		for i < len(data) && strPlain[data[i]] {
+		// Eight bytes at a time up to the first that is not plain, then
+		// byte by byte (the string's end, an escape, a high byte).
+		found := false
+		for i+8 <= len(data) {
+			if m := notPlain8(binary.LittleEndian.Uint64(data[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				found = true
+				break
+			}
+			i += 8
+		}
+		for !found && i < len(data) && strPlain[data[i]] {
 			i++
 		}
 		if i >= len(data) {

@@ -1,7 +1,9 @@
 package event
 
 import (
+	"encoding/binary"
 	"errors"
+	"math/bits"
 	"testing"
 )
 
@@ -170,6 +172,43 @@ func TestErrAfterQuotedName(t *testing.T) {
 	for _, tt := range tests {
 		if got := errAfterQuotedName(tt.s, 1, 5).Error(); got != tt.want {
 			t.Errorf("errAfterQuotedName(%q) = %q, want %q", tt.s, got, tt.want)
+		}
+	}
+}
+
+// notPlain8 finds the first byte of eight that is not strPlain, wherever it
+// is and whatever follows it (borrows from it may mark the bytes above).
+func TestNotPlain8FindsTheFirstByteThatIsNotPlain(t *testing.T) {
+	after := []byte{'a', 0x00, '"', '\\', 0x1f, 0x80, 0xff, ' '}
+	for pos := 0; pos <= 8; pos++ {
+		for c := 0; c < 256; c++ {
+			for _, a := range after {
+				var b [8]byte
+				for k := range b {
+					b[k] = "~ !#[]az"[k] // plain, at the edges of the ranges
+					if k > pos {
+						b[k] = a
+					}
+				}
+				if pos < 8 {
+					b[pos] = byte(c)
+				}
+				want := 8
+				for k := range b {
+					if !strPlain[b[k]] {
+						want = k
+						break
+					}
+				}
+				m := notPlain8(binary.LittleEndian.Uint64(b[:]))
+				got := 8
+				if m != 0 {
+					got = bits.TrailingZeros64(m) >> 3
+				}
+				if got != want {
+					t.Fatalf("%q: first byte not plain at %d, want %d", b, got, want)
+				}
+			}
 		}
 	}
 }

@@ -109,6 +109,13 @@ type Options struct {
 type target struct {
 	stream string
 	what   string // "events" or "index writes"
+	// header is the Nats-Expected-Stream header value ([stream]), shared
+	// read-only by every message to this target.
+	header []string
+}
+
+func newTarget(stream, what string) target {
+	return target{stream: stream, what: what, header: []string{stream}}
 }
 
 // Sink creates pipelines that share one JetStream context and publish
@@ -186,8 +193,8 @@ func New(o Options) (*Sink, error) {
 	}
 	return &Sink{
 		o: o, bytes: semaphore.NewWeighted(o.ProcessInFlightBytes),
-		events:        target{stream: o.EventStream, what: "events"},
-		followUps:     target{stream: o.FollowUpStream, what: "index writes"},
+		events:        newTarget(o.EventStream, "events"),
+		followUps:     newTarget(o.FollowUpStream, "index writes"),
 		undeliverable: undeliverable{report: o.OnUndeliverable, by: map[undeliverableKey]string{}},
 	}, nil
 }
@@ -511,15 +518,23 @@ func (p *Pipeline) release(pe *pending) {
 
 // publish publishes m, to be stored in to.stream.
 func (p *Pipeline) publish(m *event.Message, to target) (jetstream.PubAckFuture, error) {
-	msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header(m.Header)}
-	opts := make([]jetstream.PublishOpt, 0, 2)
+	// The headers jetstream.WithMsgID and WithExpectStream would set, set
+	// here: without options PublishMsgAsync allocates no options, closures
+	// or header values per message (its defaults are those of the options).
+	h := nats.Header(m.Header)
+	if h == nil && (m.MsgID != "" || to.stream != "") {
+		h = nats.Header{}
+		m.Header = h
+	}
 	if m.MsgID != "" {
-		opts = append(opts, jetstream.WithMsgID(m.MsgID))
+		if v := h[jetstream.MsgIDHeader]; len(v) != 1 || v[0] != m.MsgID {
+			h[jetstream.MsgIDHeader] = []string{m.MsgID}
+		}
 	}
 	if to.stream != "" {
-		opts = append(opts, jetstream.WithExpectStream(to.stream))
+		h[jetstream.ExpectedStreamHeader] = to.header
 	}
-	return p.s.o.JetStream.PublishMsgAsync(msg, opts...)
+	return p.s.o.JetStream.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data, Header: h})
 }
 
 // publishCounted publishes m as a new in-flight message; a synchronous
@@ -621,6 +636,10 @@ func (p *Pipeline) runFollowUps(ctx context.Context) {
 			}
 		}
 		p.release(pe)
+		if pe.e.Msg != nil {
+			// Stored, never published again: its encoder may reuse the body.
+			pe.e.Msg.Release()
+		}
 		if pe.e.Msg != nil || pe.e.FollowUp != nil || !pe.e.Bookmark {
 			p.bookmarkOnly = false
 		}

@@ -7,6 +7,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -460,5 +461,79 @@ func TestPublishesBehindARetriedOneAreRepublishedAtOnce(t *testing.T) {
 	}
 	if n := waits.Load(); n != 2 {
 		t.Errorf("a failure after an acked first publish waited %d backoff steps in all, want 2", n)
+	}
+}
+
+// Every publish carries the Nats-Msg-Id of its message and the
+// Nats-Expected-Stream of its target (what jetstream.WithMsgID and
+// WithExpectStream set), whatever headers the message came with.
+func TestPublishSetsTheMsgIDAndExpectedStreamHeaders(t *testing.T) {
+	fake := newFake()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{JetStream: fake, Logger: zap.NewNop(), Metrics: m, MaxInFlight: 4, EventStream: "EV",
+		RetryBackoff: wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.NewPipeline("src", func(Advance) {})
+	t.Cleanup(p.Close)
+	for i, h := range []map[string][]string{
+		nil,
+		{jetstream.MsgIDHeader: {"stale"}, "Content-Type": {"x"}},
+		{jetstream.MsgIDHeader: {"m2"}},
+	} {
+		id := fmt.Sprintf("m%d", i)
+		e := Entry{Msg: &event.Message{Subject: "k8s.c.core.v1.x.ns." + id + ".added", MsgID: id, Header: h, Data: []byte("{}")}, ObjectKey: id}
+		if err := p.Submit(t.Context(), e); err != nil {
+			t.Fatal(err)
+		}
+		f := fake.next(t)
+		if got, stream := f.msg.Header.Values(jetstream.MsgIDHeader), f.msg.Header.Get(jetstream.ExpectedStreamHeader); len(got) != 1 || got[0] != id || stream != "EV" {
+			t.Errorf("message %s published with Nats-Msg-Id %q, Nats-Expected-Stream %q; want %s and EV", id, got, stream, id)
+		}
+		ack(f)
+	}
+}
+
+// An event's body goes back to its encoder (event.Message.Release) only
+// when its entry is done: after the event's ack and its index write's, and
+// never while a failed publish may be retried from it.
+func TestEventBodyIsReleasedOnlyWhenItsEntryIsDone(t *testing.T) {
+	fake, p, _, adv := newPipeline(t, 8)
+	ctx := t.Context()
+	enc, err := event.NewEncoder(event.EncoderOptions{Cluster: "c", Source: "src", MaxPayload: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := enc.Encode(&event.Change{Type: event.Added, Origin: event.OriginWatch, Epoch: 1,
+		Resource: event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true},
+		Meta:     event.Meta{UID: "u1", Namespace: "ns", Name: "a", ResourceVersion: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(msg.Data)
+	e := withIndex(Entry{Msg: &msg, ObjectKey: "u1", ResourceVersion: "1", Type: event.Added, Origin: event.OriginWatch}, "u1")
+	if err := p.Submit(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	first := fake.next(t)
+	fail(first, nats.ErrTimeout)
+	retry := fake.next(t)
+	if string(retry.msg.Data) != body {
+		t.Fatalf("retried with body %.60q…, want %.60q…", retry.msg.Data, body)
+	}
+	ack(retry)
+	ix := fake.next(t)
+	noAdvance(t, adv)
+	if string(msg.Data) != body {
+		t.Fatalf("event acked, index write pending: body is %.60q…, want it kept", msg.Data)
+	}
+	ackSeq(ix, 1)
+	nextAdvance(t, adv)
+	if msg.Data != nil {
+		t.Errorf("entry done: body %.60q… not released", msg.Data)
 	}
 }

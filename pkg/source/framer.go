@@ -113,6 +113,72 @@ func (f *frameReader) Next() ([]byte, error) {
 	}
 }
 
+// NextLine is Next for a stream of one frame per line, as the apiserver
+// writes it (each frame then a newline, in one write): the line the next
+// frame starts on (at most limit bytes, without the whitespace around it)
+// is the frame if valid accepts it, found with bytes.IndexByte instead of
+// Next's scan, and parsed is true. valid must accept exactly one JSON
+// value and nothing else (event.ParseWatchEvent's check, which the watcher
+// makes of every frame anyway), so that a line it accepts is the frame
+// Next would return. Otherwise (a line that is not one JSON value, a line
+// too long, a frame without a newline after it) it is Next, and parsed is
+// false. It never waits for more of the stream than Next would: while no
+// newline is buffered, the buffered part of the frame is scanned as Next
+// does, so a complete frame is returned without its newline.
+func (f *frameReader) NextLine(valid func([]byte) bool) (frame []byte, parsed bool, err error) {
+	if line, ok := f.line(valid); ok {
+		return line, true, nil
+	}
+	frame, err = f.Next()
+	return frame, false, err
+}
+
+// line returns the next frame if it is the line it starts, as NextLine.
+func (f *frameReader) line(valid func([]byte) bool) ([]byte, bool) {
+	for {
+		for f.start < f.end && isJSONSpace(f.buf[f.start]) {
+			f.start++
+		}
+		if f.start < f.end {
+			break
+		}
+		if f.fill() != nil {
+			return nil, false
+		}
+	}
+	if c := f.buf[f.start]; c != '{' && c != '[' {
+		return nil, false
+	}
+	f.pos, f.depth, f.inStr = f.start, 0, false
+	searched := 0 // bytes after f.start known to hold no newline
+	for {
+		end := min(f.end, f.start+f.limit+1) // a frame of limit bytes and its newline
+		if j := bytes.IndexByte(f.buf[f.start+searched:end], '\n'); j >= 0 {
+			nl := f.start + searched + j
+			line := f.buf[f.start:nl:nl] // starts with '{' or '['
+			for isJSONSpace(line[len(line)-1]) {
+				line = line[:len(line)-1]
+			}
+			if !valid(line) {
+				return nil, false
+			}
+			f.start = nl + 1
+			return line, true
+		}
+		if end-f.start > f.limit {
+			return nil, false
+		}
+		// No newline yet: a frame complete without one is Next's, now.
+		if _, done := f.scan(); done {
+			return nil, false
+		}
+		searched = end - f.start
+		if f.fill() != nil {
+			return nil, false
+		}
+	}
+}
+
 // scan continues the scan of the current frame over the buffered bytes and
 // returns the offset just past its end, if it is there.
 func (f *frameReader) scan() (int, bool) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -98,6 +99,110 @@ func TestFrameReaderErrors(t *testing.T) {
 	}
 }
 
+// TestFrameReaderNextLineLikeNext: NextLine returns the frames and errors
+// of Next, whatever the lines hold (two frames on a line, a frame over
+// several lines, blank lines and \r\n, a line that is not JSON, a frame
+// without a newline), and takes the lines that are one valid frame
+// without Next's scan.
+func TestFrameReaderNextLineLikeNext(t *testing.T) {
+	a := `{"type":"ADDED","object":{"metadata":{"name":"a\"}\n","resourceVersion":"1"}}}`
+	b := `{"type":"MODIFIED","object":{"s":"\\","a":[{"b":[]},"]"]}}`
+	for _, tc := range []struct {
+		stream string
+		lines  int // frames taken as lines by a validator (json.Valid), read whole
+	}{
+		{" \n" + a + "\n" + b + "\r\n\t" + a + "\n\n" + b, 3},                             // the last has no newline: Next
+		{a + b + "\n" + a + "\n", 2},                                                      // two frames on a line
+		{"{\n \"type\": \"ADDED\",\n \"object\": {}\n}\n" + a + "\n", 1},                  // pretty-printed
+		{a + "\n" + a + "\n" + a + " x\n" + b + "\n", 2},                                  // garbage after a frame
+		{a + "\n" + a + "\n" + `{"type":"ADDED","object":{"name":"b`, 2},                  // truncated
+		{a + "\n" + a + "\n<html>502</html>\n", 2},                                        // not JSON
+		{a + "\n" + a + "\n" + `{"k":"` + strings.Repeat("x", 2000) + `"}` + "\n" + a, 2}, // a line over the limit
+	} {
+		stream := tc.stream
+		for name, valid := range map[string]func([]byte) bool{
+			"json.Valid": json.Valid,
+			"never":      func([]byte) bool { return false },
+		} {
+			for _, half := range []bool{false, true} {
+				reader := func() io.Reader {
+					if half {
+						return iotest.HalfReader(strings.NewReader(stream))
+					}
+					return strings.NewReader(stream)
+				}
+				want, wantErr := readFramesLimit(newFrameReader(reader(), 1024))
+				got, fast, err := readLines(newFrameReader(reader(), 1024), valid)
+				if strings.Join(got, "|") != strings.Join(want, "|") || fmt.Sprint(err) != fmt.Sprint(wantErr) {
+					t.Errorf("%s, half %v, %.60q…: NextLine gave %q, %v; Next %q, %v", name, half, stream, got, err, want, wantErr)
+				}
+				if name == "never" && fast != 0 || name == "json.Valid" && !half && fast != tc.lines {
+					t.Errorf("%s, half %v, %.60q…: %d frames taken as lines", name, half, stream, fast)
+				}
+			}
+		}
+	}
+}
+
+// A frame complete without a newline after it (a server other than the
+// apiserver) is returned without reading more of the stream, which may
+// not come before the next change: whole, or split over two reads.
+func TestFrameReaderNextLineDoesNotWaitForANewline(t *testing.T) {
+	for _, tc := range []struct {
+		chunks []string
+		frames int
+	}{
+		{[]string{`{"type":"ADDED","object":{}}`}, 1},
+		{[]string{`{"type":"ADDED",`, `"object":{}}`}, 1},
+		{[]string{`{"type":"ADDED","object":{}}` + "\n", `{"type":"BOOKMARK","object":{}}`}, 2},
+	} {
+		r := &tripwire{chunks: tc.chunks}
+		f := newFrameReader(r, 1024)
+		for range tc.frames {
+			if _, _, err := f.NextLine(json.Valid); err != nil {
+				t.Fatalf("%q: %v", tc.chunks, err)
+			}
+		}
+		if r.tripped {
+			t.Errorf("%q: NextLine read past the complete frame in %q", tc.chunks, r.last)
+		}
+	}
+}
+
+// tripwire returns its chunks one Read each, then trips: a read after the
+// last chunk, which a stream that has not ended would block.
+type tripwire struct {
+	chunks  []string
+	last    string
+	tripped bool
+}
+
+func (r *tripwire) Read(p []byte) (int, error) {
+	if len(r.chunks) == 0 {
+		r.tripped = true
+		return 0, io.EOF
+	}
+	r.last = r.chunks[0]
+	n := copy(p, r.chunks[0])
+	r.chunks = r.chunks[1:]
+	return n, nil
+}
+
+// readLines reads f with NextLine until an error, and counts the frames it
+// took as lines.
+func readLines(f *frameReader, valid func([]byte) bool) (frames []string, lines int, err error) {
+	for {
+		fr, parsed, err := f.NextLine(valid)
+		if err != nil {
+			return frames, lines, err
+		}
+		if parsed {
+			lines++
+		}
+		frames = append(frames, string(fr))
+	}
+}
+
 // benchStream is 64 watch frames of the realistic pod of pkg/event's
 // benchmarks (~8 KB, managedFields included).
 func benchStream(b *testing.B) string {
@@ -138,6 +243,29 @@ func BenchmarkJSONDecoderFrames(b *testing.B) {
 			m = m[:0]
 			if err := dec.Decode(&m); err != nil {
 				break
+			}
+		}
+	}
+}
+
+// BenchmarkWatchFrames is the watcher's per-frame work before the handler:
+// split the stream into frames and parse each (event.ParseWatchEvent), as
+// Watcher.watch does.
+func BenchmarkWatchFrames(b *testing.B) {
+	stream := benchStream(b)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for b.Loop() {
+		f := newFrameReader(strings.NewReader(stream), DefaultMaxObjectBytes)
+		var p parsedFrame
+		valid := func(line []byte) bool { return p.parse(line, nil) }
+		for {
+			frame, parsed, err := f.NextLine(valid)
+			if err != nil {
+				break
+			}
+			if !parsed && !p.parse(frame, nil) {
+				b.Fatal(p.err)
 			}
 		}
 	}

@@ -91,7 +91,8 @@ type Item struct {
 }
 
 // Handler consumes items. It may block (backpressure); the watcher stops
-// reading meanwhile. An error stops Run and is returned by it.
+// reading meanwhile. An error stops Run and is returned by it. The Item is
+// valid only during the call (the watcher reuses it).
 type Handler func(ctx context.Context, it *Item) error
 
 // Start is where a watcher begins.
@@ -794,15 +795,36 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 	if streamList {
 		s.origin = w.listing.origin
 	}
+	var p parsedFrame
+	valid := func(line []byte) bool { return p.parse(line, w.o.Shaping) }
 	for {
-		frame, err := frames.Next()
+		frame, parsed, err := frames.NextLine(valid)
 		if err != nil {
 			return watchEndErr(context.Cause(ctx), err, s.streamList)
 		}
-		if err := w.frame(ctx, &s, frame); err != nil {
+		if !parsed {
+			p.parse(frame, w.o.Shaping)
+		}
+		if err := w.frame(ctx, &s, frame, &p); err != nil {
 			return err
 		}
 	}
+}
+
+// parsedFrame is a watch frame parsed by event.ParseWatchEventShaped, and
+// when it was read.
+type parsedFrame struct {
+	readAt time.Time
+	typ    string
+	o      event.Object
+	err    error
+}
+
+// parse parses frame into p and reports whether it is a valid watch event.
+func (p *parsedFrame) parse(frame []byte, s *event.Shaping) bool {
+	p.readAt = time.Now()
+	p.typ, p.o, p.err = event.ParseWatchEventShaped(frame, s)
+	return p.err == nil
 }
 
 // watchStream is the state of one watch request, for its frames.
@@ -813,6 +835,9 @@ type watchStream struct {
 	sync       event.SyncEvent
 	origin     event.Origin
 	n          int64 // objects of the streaming list
+	// item is the Item of every object frame, reused: like its Object,
+	// it is valid only during the Handler call.
+	item Item
 }
 
 // watchRequest is the request of a watch, or of a streaming list. It
@@ -864,11 +889,11 @@ func watchEndErr(cause, err error, streamList bool) error {
 }
 
 // frame handles one watch frame.
-func (w *Watcher) frame(ctx context.Context, s *watchStream, frame []byte) error {
-	readAt := time.Now()
-	// One pass over the frame for type, object and its metadata. Only an
-	// ERROR frame may carry an object without metadata (a Status).
-	typ, o, err := event.ParseWatchEventShaped(frame, w.o.Shaping)
+// p is the frame parsed (one pass over the frame for type, object and its
+// metadata). Only an ERROR frame may carry an object without metadata (a
+// Status).
+func (w *Watcher) frame(ctx context.Context, s *watchStream, frame []byte, p *parsedFrame) error {
+	typ, o, err, readAt := p.typ, &p.o, p.err, p.readAt
 	obj := o.Raw
 	if err != nil {
 		var ferr error
@@ -881,7 +906,7 @@ func (w *Watcher) frame(ctx context.Context, s *watchStream, frame []byte) error
 	}
 	switch typ {
 	case "ADDED", "MODIFIED", "DELETED":
-		return w.objectFrame(ctx, s, typ, &o, readAt)
+		return w.objectFrame(ctx, s, typ, o, readAt)
 	case "BOOKMARK":
 		return w.bookmarkFrame(ctx, s, o.Meta.ResourceVersion, obj, readAt)
 	case "ERROR":
@@ -898,7 +923,8 @@ func (w *Watcher) objectFrame(ctx context.Context, s *watchStream, typ string, o
 	if w.o.MetadataOnly {
 		o.OverrideTypeMeta(w.apiVersion, w.o.Resource.Kind)
 	}
-	it := &Item{Kind: ItemObject, Type: t, Origin: s.origin, Object: *o, Epoch: w.epoch, ReadAt: readAt}
+	it := &s.item
+	*it = Item{Kind: ItemObject, Type: t, Origin: s.origin, Object: *o, Epoch: w.epoch, ReadAt: readAt}
 	if s.streamList {
 		s.n++
 	} else {

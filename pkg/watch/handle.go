@@ -121,7 +121,15 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		w.filtered.Inc()
 		return w.o.Pipe.Submit(ctx, e)
 	}
-	data, dropped := it.Object.AppendShaped(nil, event.PayloadMode(w.o.Source.Payload), w.o.Shaping)
+	var buf []byte // binary mode: the event's body, not reusable
+	structured := !w.enc.Options().Binary
+	if structured {
+		buf = w.payload[:0]
+	}
+	data, dropped := it.Object.AppendShaped(buf, event.PayloadMode(w.o.Source.Payload), w.o.Shaping)
+	if structured && cap(data) <= maxKeptPayload {
+		w.payload = data
+	}
 	msg, err := w.encode(&event.Change{
 		Type: c.typ, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
 		Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.o.Source.Payload), Data: data, Dropped: dropped,
@@ -133,6 +141,10 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	e.Msg, e.ReadAt, e.Type, e.Origin = &msg, it.ReadAt, c.typ, it.Origin
 	return w.o.Pipe.Submit(ctx, e)
 }
+
+// maxKeptPayload bounds the payload buffer a watch keeps between events:
+// a rare huge object's buffer is not held for the watch's life.
+const maxKeptPayload = 256 << 10
 
 // errUnencodable marks a change that cannot be published at all.
 var errUnencodable = errors.New("change cannot be published")

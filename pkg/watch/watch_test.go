@@ -6,9 +6,11 @@ package watch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -198,7 +200,13 @@ sources:
 
 func newRig(t *testing.T, srcName string, watchers ...*fakeWatcher) *rig {
 	t.Helper()
-	cfg, err := config.Parse([]byte(testConfig), "test.yaml")
+	return newRigWith(t, testConfig, srcName, watchers...)
+}
+
+// newRigWith is newRig with the configuration cfgYAML.
+func newRigWith(t *testing.T, cfgYAML, srcName string, watchers ...*fakeWatcher) *rig {
+	t.Helper()
+	cfg, err := config.Parse([]byte(cfgYAML), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,6 +425,53 @@ func TestLiveChangesKeepTheIndex(t *testing.T) {
 	})
 	if got := testutil.ToFloat64(r.m.EventsSuppressed.WithLabelValues("cms")); got != 1 {
 		t.Errorf("relayd_events_suppressed_total = %v, want 1", got)
+	}
+}
+
+// Each submitted message keeps its own object until the pipeline is done
+// with it (it retries a failed publish from the same message): the watch
+// builds payloads in a buffer it reuses (structured mode), which the
+// encoder copies; in binary mode the body is the payload itself, so there
+// nothing is reused. Objects of growing and shrinking sizes, kept by the
+// fake pipe as a slow pipeline would.
+func TestEachSubmittedMessageKeepsItsObject(t *testing.T) {
+	for _, mode := range []string{"structured", "binary"} {
+		t.Run(mode, func(t *testing.T) {
+			fw := &fakeWatcher{}
+			r := newRigWith(t, testConfig+"cloudevents:\n  mode: "+mode+"\n", "cms", fw)
+			sizes := []int{3000, 10, 5000, 200, 4000, 1}
+			for i, n := range sizes {
+				rv := strconv.Itoa(21 + i)
+				fw.items = append(fw.items, source.Item{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginWatch, ResourceVersion: rv,
+					Object: r.obj(t, "u-"+rv, "cm-"+strconv.Itoa(i), rv, strings.Repeat(string(rune('a'+i)), n))})
+			}
+			r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "20", Epoch: 1,
+				Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+			r.run(t, 1)
+			if len(r.pipe.entries) != len(sizes) {
+				t.Fatalf("%d entries, want %d", len(r.pipe.entries), len(sizes))
+			}
+			for i, e := range r.pipe.entries {
+				env, err := event.DecodeMessage(e.Msg.Header, e.Msg.Data)
+				if err != nil {
+					t.Fatalf("entry %d: %v", i, err)
+				}
+				var d struct {
+					Metadata struct {
+						Name        string
+						Annotations map[string]string
+					}
+				}
+				if err := json.Unmarshal(env.Data, &d); err != nil {
+					t.Fatalf("entry %d: data %.60q…: %v", i, env.Data, err)
+				}
+				want := strings.Repeat(string(rune('a'+i)), sizes[i])
+				if d.Metadata.Name != "cm-"+strconv.Itoa(i) || d.Metadata.Annotations["a"] != want {
+					t.Errorf("entry %d carries %s with annotation %.20q… (%d bytes), want cm-%d with %d bytes",
+						i, d.Metadata.Name, d.Metadata.Annotations["a"], len(d.Metadata.Annotations["a"]), i, sizes[i])
+				}
+			}
+		})
 	}
 }
 

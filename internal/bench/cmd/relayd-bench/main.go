@@ -72,9 +72,14 @@ func run(args []string) int {
 		work      = fs.String("work", "", "configs, logs, NATS store, profiles (default: <cache>/run)")
 		out       = fs.String("out", "", "write the Markdown report here (default: <work>/results.md) and JSON next to it")
 		profile   = fs.Bool("profile", false, "also take CPU profiles of the capacity consumers (into <work>/profiles)")
+		consumers = fs.String("consumers", "", "capacity consumers to run, comma-separated (relayd, relayd-shaped, relayd-metadata, relayd-metadata-whole, dynamic, typed; default all)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	var consumerList []string
+	if *consumers != "" {
+		consumerList = strings.Split(*consumers, ",")
 	}
 	sizes, err := ints(*memSizes)
 	if err != nil {
@@ -105,7 +110,7 @@ func run(args []string) int {
 	rep, err := bench.Run(ctx, bench.Options{
 		Self: self, RelaydBin: *relayd, CacheDir: *cache, WorkDir: *work,
 		Record: bench.RecordOptions{PodEvents: *events, WidgetEvents: *crdEvents, Logf: logf},
-		Repeat: *repeat, Scenarios: strings.Split(*scenarios, ","),
+		Repeat: *repeat, Scenarios: strings.Split(*scenarios, ","), Consumers: consumerList,
 		LatencyRate: *rate, LatencyDuration: *latDur, IdleFor: *idle,
 		MemSizes: sizes, MemChurn: *churn, RecoveryObjects: *recovery,
 		Profile: *profile, Logf: logf,
