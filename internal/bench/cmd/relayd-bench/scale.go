@@ -31,6 +31,7 @@ func scale(args []string) int {
 		cache      = fs.String("cache", ".cache/bench", "recordings are kept here")
 		work       = fs.String("work", "", "configs, logs, NATS store (default: <cache>/scale)")
 		out        = fs.String("out", "", "write the Markdown report here (default: <work>/results.md) and JSON next to it")
+		restartCPU = fs.Bool("restart-profile", false, "CPU profile of the restart at the largest size, start to steady state (relayd in-process; <work>/profiles/restart-<n>.cpu.pprof)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -80,7 +81,7 @@ func scale(args []string) int {
 		Record: bench.RecordOptions{PodEvents: *podEvents, WidgetEvents: 5, Logf: logf}, Logf: logf,
 	}, bench.ScaleOptions{
 		Steps: strings.Split(*steps, ","), Objects: objs, PodShare: *podShare, Namespaces: *namespaces,
-		WatchNamespaces: wns, Sources: *sources, Quick: *quick,
+		WatchNamespaces: wns, Sources: *sources, Quick: *quick, RestartProfile: *restartCPU,
 	})
 	if rep != nil {
 		f, ferr := os.Create(*out)
