@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -83,7 +84,7 @@ func Consume(args []string) int {
 		cfgPath     = fs.String("config", "", "relayd: config file")
 		metricsAddr = fs.String("metrics-bind-address", "", "relayd: /metrics address")
 		healthAddr  = fs.String("health-probe-bind-address", "", "relayd: /healthz address")
-		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run here")
+		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile here: of the whole run, or until SIGUSR2 (then it prints \"cpuprofile\")")
 		memProfile  = fs.String("memprofile", "", "on SIGUSR1: collect garbage, write a heap profile here and print \"heapprofile\"")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -99,9 +100,21 @@ func Consume(args []string) int {
 			fmt.Println("error", err)
 			return 1
 		}
-		defer func() {
-			pprof.StopCPUProfile()
-			f.Close()
+		var once sync.Once
+		stopProfile := func() {
+			once.Do(func() {
+				pprof.StopCPUProfile()
+				f.Close()
+			})
+		}
+		defer stopProfile()
+		usr2 := make(chan os.Signal, 1)
+		signal.Notify(usr2, syscall.SIGUSR2)
+		defer signal.Stop(usr2)
+		go func() {
+			<-usr2
+			stopProfile()
+			fmt.Println("cpuprofile", *cpuProfile)
 		}()
 	}
 	ctx, cancel := untilStdinClosed()

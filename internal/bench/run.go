@@ -83,6 +83,9 @@ type harness struct {
 	snoop   *AckSnoop
 	env     *testenv.Env
 	seq     atomic.Int64
+	// restartProfile, if set, is where the next restart (h.restart) writes
+	// a CPU profile of relayd, from its start to its steady state.
+	restartProfile string
 }
 
 // Run records (or loads) the watch streams and runs the scenarios.

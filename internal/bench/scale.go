@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -63,6 +64,9 @@ type ScaleOptions struct {
 	// writes its heap and goroutine profiles at each size's steady point
 	// (profiles/namespaces-N.heap.pprof, .goroutine.pprof).
 	ProfileWatches bool `json:",omitempty"`
+	// RestartProfile takes a CPU profile of the restart at the largest
+	// tracked size (relayd in-process), into <work>/profiles.
+	RestartProfile bool `json:",omitempty"`
 }
 
 func (o *ScaleOptions) flush() time.Duration {
@@ -534,6 +538,10 @@ func (h *harness) trackedPoint(ctx context.Context, so ScaleOptions, rep *ScaleR
 		return err
 	}
 	defer change.close()
+	if so.RestartProfile {
+		h.restartProfile = filepath.Join(h.o.WorkDir, "profiles", fmt.Sprintf("restart-%d.cpu.pprof", n))
+		defer func() { h.restartProfile = "" }()
+	}
 	r2, res, err := h.restart(ctx, fmt.Sprintf("restart-%d-%s", n, id), cfg, kc, change, nil, 0, 10*time.Minute)
 	if err != nil {
 		return err
@@ -566,8 +574,14 @@ func (h *harness) restart(ctx context.Context, name, cfg, kc string, change *fir
 		return nil, nil, err
 	}
 	defer cc.close()
+	prof := h.restartProfile
+	if prof != "" {
+		if err := os.MkdirAll(filepath.Dir(prof), 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
 	t0 := time.Now()
-	r, err := h.startRelayd(ctx, name, cfg, kc, "")
+	r, err := h.startRelayd(ctx, name, cfg, kc, prof)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -600,6 +614,15 @@ func (h *harness) restart(ctx context.Context, name, cfg, kc string, change *fir
 		return fail(err)
 	}
 	res.RSS, res.Entries = st.RSS, st.Tracked
+	if prof != "" {
+		if err := r.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+			return fail(err)
+		}
+		if _, err := r.WaitLine(ctx, "cpuprofile", time.Minute); err != nil {
+			return fail(err)
+		}
+		h.logf("bench: CPU profile of the restart: %s", prof)
+	}
 	select {
 	case <-ctx.Done():
 		return fail(ctx.Err())

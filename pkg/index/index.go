@@ -99,7 +99,12 @@ func New() *Index {
 // Len is the number of indexed objects.
 func (x *Index) Len() int { return len(x.m) }
 
-func keyOf(uid string) (k key, isUUID bool) {
+// text is what the index reads uids, names and resourceVersions from: the
+// strings of an Object, or the bytes of a bucket entry being loaded (see
+// putLoaded), which the index never keeps (it copies what it stores).
+type text interface{ string | []byte }
+
+func keyOf[S text](uid S) (k key, isUUID bool) {
 	if parseUUID(uid, &k) {
 		return k, true
 	}
@@ -110,7 +115,7 @@ func keyOf(uid string) (k key, isUUID bool) {
 
 // parseUUID parses the canonical lower-case 36-character form (only that
 // round-trips through uidOf; anything else is hashed and kept verbatim).
-func parseUUID(s string, k *key) bool {
+func parseUUID[S text](s S, k *key) bool {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return false
 	}
@@ -164,12 +169,19 @@ func (x *Index) uidOf(k key) string {
 // parseRV returns the resourceVersion as an integer when it is a canonical
 // decimal (no sign, no leading zero) that fits in 48 bits, else 0. It is only used to
 // store it compactly; resourceVersions are compared for equality.
-func parseRV(rv string) uint64 {
-	if rv == "" || rv[0] == '0' || len(rv) > 19 {
+func parseRV[S text](rv S) uint64 {
+	if len(rv) == 0 || rv[0] == '0' || len(rv) > 19 { // 19 digits cannot overflow
 		return 0
 	}
-	n, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil || n > maxRV {
+	var n uint64
+	for i := 0; i < len(rv); i++ {
+		c := rv[i]
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	if n > maxRV {
 		return 0
 	}
 	return n
@@ -182,18 +194,33 @@ func (x *Index) rvOf(k key, e entry) string {
 	return x.rvs[k]
 }
 
-func sameRV(x *Index, k key, e entry, rv string) bool {
+func sameRV[S text](x *Index, k key, e entry, rv S) bool {
 	if n := parseRV(rv); n != 0 {
 		return e.rv() == n
 	}
-	return e.rv() == 0 && x.rvs[k] == rv
+	return e.rv() == 0 && x.rvs[k] == string(rv)
 }
 
-func joinName(ns, name string) string {
-	if ns == "" {
-		return name
+// joinName is "namespace/name" (or "name"), in one allocation.
+func joinName[S text](ns, name S) string {
+	if len(ns) == 0 {
+		return string(name)
 	}
-	return ns + "/" + name
+	var b strings.Builder
+	b.Grow(len(ns) + 1 + len(name))
+	writeText(&b, ns)
+	b.WriteByte('/')
+	writeText(&b, name)
+	return b.String()
+}
+
+func writeText[S text](b *strings.Builder, s S) {
+	switch s := any(s).(type) {
+	case string:
+		b.WriteString(s)
+	case []byte:
+		b.Write(s)
+	}
 }
 
 func (x *Index) object(k key, e entry) Object {
@@ -205,18 +232,25 @@ func (x *Index) object(k key, e entry) Object {
 	return o
 }
 
-func (x *Index) store(k key, isUUID bool, o Object, old entry, existed bool) {
+// fields are an object's uid, namespace, name and resourceVersion.
+type fields[S text] struct{ uid, ns, name, rv S }
+
+func fieldsOf(o Object) fields[string] {
+	return fields[string]{o.UID, o.Namespace, o.Name, o.ResourceVersion}
+}
+
+func store[S text](x *Index, k key, isUUID bool, o fields[S], fp uint64, old entry, existed bool) {
 	e := old
 	if !existed || e.name == "" {
-		e.name = joinName(o.Namespace, o.Name)
+		e.name = joinName(o.ns, o.name)
 	}
-	e.fp = o.Fingerprint
-	e.setRV(parseRV(o.ResourceVersion))
+	e.fp = fp
+	e.setRV(parseRV(o.rv))
 	if e.rv() == 0 {
 		if x.rvs == nil {
 			x.rvs = map[key]string{}
 		}
-		x.rvs[k] = o.ResourceVersion
+		x.rvs[k] = string(o.rv)
 	} else if x.rvs != nil {
 		delete(x.rvs, k)
 	}
@@ -224,7 +258,7 @@ func (x *Index) store(k key, isUUID bool, o Object, old entry, existed bool) {
 		if x.uids == nil {
 			x.uids = map[key]string{}
 		}
-		x.uids[k] = o.UID
+		x.uids[k] = string(o.uid)
 	}
 	x.m[k] = e
 }
@@ -242,12 +276,22 @@ func (x *Index) Get(uid string) (Object, bool) {
 // Put records o as published (a watch ADDED or MODIFIED); it reports
 // whether that changed the index (false: this version was indexed already).
 func (x *Index) Put(o Object) bool {
-	k, isUUID := keyOf(o.UID)
+	return put(x, fieldsOf(o), o.Fingerprint)
+}
+
+// putLoaded is Put of an object read from the bucket, given as the bytes
+// of its entry's members: the index keeps copies, never the bytes.
+func (x *Index) putLoaded(o fields[[]byte], fp uint64) bool {
+	return put(x, o, fp)
+}
+
+func put[S text](x *Index, o fields[S], fp uint64) bool {
+	k, isUUID := keyOf(o.uid)
 	e, ok := x.m[k]
-	if ok && sameRV(x, k, e, o.ResourceVersion) && (o.Fingerprint == 0 || e.fp == o.Fingerprint) {
+	if ok && sameRV(x, k, e, o.rv) && (fp == 0 || e.fp == fp) {
 		return false
 	}
-	x.store(k, isUUID, o, e, ok)
+	store(x, k, isUUID, o, fp, e, ok)
 	return true
 }
 
@@ -316,7 +360,7 @@ func (x *Index) Observe(o Object) Outcome {
 		out = Modified
 	}
 	e.setMark(x.mark)
-	x.store(k, isUUID, o, e, ok)
+	store(x, k, isUUID, fieldsOf(o), o.Fingerprint, e, ok)
 	return out
 }
 

@@ -135,9 +135,7 @@ func (b *Bucket) readEntries(ctx context.Context, qs []loadOf) ([]loaded, error)
 				}
 				continue
 			}
-			src, rest, _ := strings.Cut(e.Key(), ".")
-			ns, _, _ := strings.Cut(rest, ".")
-			for _, i := range prefixes[src+"."+ns] {
+			for _, i := range prefixes[keyPrefix(e.Key())] {
 				b.loadEntry(e, qs[i].x, &out[i].l, &corrupt[i])
 			}
 		}
@@ -158,8 +156,37 @@ func (b *Bucket) readEntries(ctx context.Context, qs []loadOf) ([]loaded, error)
 	return out, nil
 }
 
+// keyPrefix is the prefix of an object's key: "<source>.<namespace|_>"
+// (a key of fewer tokens: those, and "." after a single one).
+func keyPrefix(k string) string {
+	i := strings.IndexByte(k, '.')
+	if i < 0 {
+		return k + "."
+	}
+	if j := strings.IndexByte(k[i+1:], '.'); j >= 0 {
+		return k[:i+1+j]
+	}
+	return k
+}
+
 // loadEntry adds the bucket entry e to x, or records it as corrupt.
 func (b *Bucket) loadEntry(e jetstream.KeyValueEntry, x *Index, l *Loaded, corrupt **CorruptError) {
+	if r, ok := parseCanonical(e.Value()); ok && r.v <= FormatVersion &&
+		len(r.f.uid) > 0 && len(r.f.name) > 0 && len(r.f.rv) > 0 {
+		var fp uint64
+		if ok = len(r.fingerprint) == 0; !ok {
+			fp, ok = parseHex64(r.fingerprint)
+		}
+		if ok { // else decoded below, for its error
+			if fp != 0 && string(r.kid) != b.keyID {
+				fp = 0
+				l.OtherKey = append(l.OtherKey, string(r.f.uid))
+			}
+			x.putLoaded(r.f, fp)
+			l.Objects++
+			return
+		}
+	}
 	var v value
 	var o Object
 	err := json.Unmarshal(e.Value(), &v)

@@ -37,6 +37,7 @@ func scale(args []string) int {
 		work       = fs.String("work", "", "configs, logs, NATS store (default: <cache>/scale)")
 		out        = fs.String("out", "", "write the Markdown report here (default: <work>/results.md) and JSON next to it")
 		profileW   = fs.Bool("profile-watches", false, "per-namespace step: run relayd in-process and write its heap and goroutine profiles at each size (<work>/profiles)")
+		restartCPU = fs.Bool("restart-profile", false, "CPU profile of the restart at the largest size, start to steady state (relayd in-process; <work>/profiles/restart-<n>.cpu.pprof)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -92,7 +93,7 @@ func scale(args []string) int {
 		Record: bench.RecordOptions{PodEvents: *podEvents, WidgetEvents: 5, Logf: logf}, Logf: logf,
 	}, bench.ScaleOptions{
 		Steps: strings.Split(*steps, ","), Objects: objs, PodShare: *podShare, Namespaces: *namespaces,
-		WatchNamespaces: wns, Sources: *sources, Quick: *quick, ProfileWatches: *profileW,
+		WatchNamespaces: wns, Sources: *sources, Quick: *quick, ProfileWatches: *profileW, RestartProfile: *restartCPU,
 		Rate: bench.RateOptions{Replicas: repl, Start: *rateStart, Max: *rateMax, Probe: *rateProbe, Hold: *rateHold},
 	})
 	if rep != nil {
