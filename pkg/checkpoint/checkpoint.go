@@ -479,6 +479,27 @@ func (s *Store) Advance(key string, p Position, bookmarkOnly bool) {
 	}
 }
 
+// Settle raises the event-stream sequence of key's position to seq, for a
+// watch that stopped cleanly: its pipeline drained (every event it
+// published, and that event's index write, acknowledged) and it publishes
+// nothing more, so none of its messages is stored at or after seq and a
+// restart has nothing of it to catch up from the stream. Without it, a
+// watch quiet since long ago would make the next start read every message
+// stored since its last change (docs/ARCHITECTURE.md, "Start-up reads are
+// shared"). Only a position this store advanced is raised: one loaded and
+// never advanced may be of a watch stopped before its own catch-up ran. It
+// is bookmark-like progress, written by the next Flush.
+func (s *Store) Settle(key string, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.keys[key]
+	if !ok || st.gen == 0 || st.pos.ResourceVersion == "" || st.pos.StreamSeq >= seq {
+		return
+	}
+	st.pos.StreamSeq = seq
+	st.gen++
+}
+
 // sameGeneration reports whether a position with index b adds nothing to
 // one with index a: same bucket generation (or no index given).
 func sameGeneration(a, b *IndexRef) bool {

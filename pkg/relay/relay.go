@@ -44,6 +44,7 @@ import (
 	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/natsconn"
 	"github.com/relayd/relayd/pkg/sink"
+	"github.com/relayd/relayd/pkg/source"
 	"github.com/relayd/relayd/pkg/stream"
 )
 
@@ -57,15 +58,13 @@ type Options struct {
 	// /healthz and /readyz ("" = not served). They may be equal.
 	MetricsAddr string
 	HealthAddr  string
-	// Ready, if set, receives the listeners' addresses once serving (tests
-	// use ":0").
+	// Ready, if set, receives the listeners' addresses once serving.
 	Ready func(metricsAddr, healthAddr string)
 	// Identity names this replica in the sharding Leases (sharding.enabled);
 	// default: the host name. cmd/relayd passes $POD_NAME.
 	Identity string
 	// IndexCheck compares the object index with a consistent LIST after
-	// every relist and stops Run with an error on any difference (tests;
-	// see IndexCheckEnv).
+	// every relist, stopping Run on any difference (tests, IndexCheckEnv).
 	IndexCheck bool
 }
 
@@ -99,7 +98,7 @@ type relay struct {
 	sink   *sink.Sink
 	disco  discovery.DiscoveryInterface
 	leases coordinationv1client.LeasesGetter
-	httpc  *http.Client
+	httpc  *http.Client // the watches' and lists': at most source.DefaultOpening opening at once
 
 	mu     sync.Mutex
 	active map[string][]running // the watches of the sources this replica runs
@@ -337,7 +336,7 @@ func (r *relay) connectKube() error {
 	if err != nil {
 		return fmt.Errorf("relay: kubernetes client: %w", err)
 	}
-	r.httpc = httpc
+	r.httpc = &http.Client{Transport: source.LimitOpening(httpc.Transport, source.DefaultOpening), Timeout: httpc.Timeout}
 	cs, err := kubernetes.NewForConfigAndClient(cfg, httpc)
 	if err != nil {
 		return fmt.Errorf("relay: kubernetes client: %w", err)
@@ -511,9 +510,9 @@ type checkpointMetrics struct{ m *metrics.Metrics }
 func (c checkpointMetrics) CheckpointWrite(err error) {
 	if err != nil {
 		c.m.CheckpointErrors.Inc()
-		return
+	} else {
+		c.m.CheckpointWrites.Inc()
 	}
-	c.m.CheckpointWrites.Inc()
 }
 
 // CheckpointPersisted feeds relayd_checkpoint_age_seconds of the key's

@@ -29,8 +29,7 @@ func (r *relay) runSharded(ctx context.Context) {
 	}
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
 	failures := retry.NewFailures(r.log, "sharding cannot start; no source runs on this replica; retrying")
-	// The sharder runs until ctx ends: every return before that is a
-	// failure, retried.
+	// The sharder runs until ctx ends: any earlier return is retried.
 	retry.Until(ctx, backoff, failures, func(ctx context.Context) error {
 		s, err := shard.New(shard.Options{
 			Client: r.leases, Namespace: r.cfg.Checkpoint.Namespace, Identity: id, Sources: names,

@@ -25,8 +25,7 @@ import (
 // IndexCheckEnv is the environment variable that turns on the index
 // consistency check (for tests): after every relist relayd compares its
 // object index with a consistent LIST at the relist's resourceVersion and
-// stops with an error on any difference. cmd/relayd maps it to
-// Options.IndexCheck.
+// stops on any difference. cmd/relayd maps it to Options.IndexCheck.
 const IndexCheckEnv = "RELAYD_INDEX_CHECK"
 
 // running is one watch this replica runs, with its pipeline.
@@ -92,13 +91,14 @@ func (r *relay) newWatcher(o source.Options) (watch.Watcher, error) {
 
 // runSource runs the watches ws of one source until ctx ends, then stops
 // them: it waits for their goroutines, drains their publishes (up to
-// shutdown.drainTimeout), closes their pipelines and writes the checkpoint.
-// When it returns, nothing of the source runs any more and its position is
-// stored (unless the write failed, which is logged): another replica may
-// take it over. If ctx ended because this replica lost the source's Lease
-// (shard.ErrLeaseLost), another replica may already run it: nothing is
-// drained or written, and progress not yet written is discarded, so that
-// the other replica's checkpoint cannot be moved back.
+// shutdown.drainTimeout; a drained watch's position is settled past the
+// stream, checkpoint.Store.Settle), closes their pipelines and writes the
+// checkpoint. When it returns, nothing of the source runs any more and its
+// position is stored (unless the write failed, which is logged): another
+// replica may take it over. If ctx ended because this replica lost the
+// source's Lease (shard.ErrLeaseLost), another replica may already run it:
+// nothing is drained or written, and unwritten progress is discarded, so
+// that the other replica's checkpoint cannot be moved back.
 func (r *relay) runSource(ctx context.Context, ws []running) {
 	var wg sync.WaitGroup
 	for _, w := range ws {
@@ -117,6 +117,8 @@ func (r *relay) runSource(ctx context.Context, ws []running) {
 			if err := w.pipe.Drain(drainCtx); err != nil {
 				r.log.Warn("drain incomplete", zap.String("source", name), zap.String("namespace", w.Namespace()), zap.Error(err),
 					zap.String("effect", "events not acknowledged were not checkpointed: whoever runs the source next replays them"))
+			} else {
+				r.store.Settle(w.Key(), r.sink.NextStreamSeq())
 			}
 		})
 	}

@@ -156,6 +156,10 @@ func (s *Sink) SeedStreamSeq(seq uint64) {
 	s.ackedEventSeq(seq)
 }
 
+// NextStreamSeq is a sequence of the event stream at or before every
+// message the sink publishes from now on: one past the last it knows of.
+func (s *Sink) NextStreamSeq() uint64 { return s.evSeq.Load() + 1 }
+
 // ackedEventSeq raises evSeq to seq.
 func (s *Sink) ackedEventSeq(seq uint64) {
 	for {
@@ -412,7 +416,7 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	}
 	// Every copy of this entry's messages is published from now on, so it
 	// is stored after every message acked so far.
-	pe.fromSeq = p.s.evSeq.Load() + 1
+	pe.fromSeq = p.s.NextStreamSeq()
 	p.mu.Lock()
 	if first != nil {
 		pe.done = make(chan struct{})
@@ -778,7 +782,11 @@ func (p *Pipeline) Drain(ctx context.Context) error {
 // Close stops the pipeline goroutine; unacknowledged entries are abandoned
 // (they were never checkpointed, so a restart replays them).
 func (p *Pipeline) Close() {
+	// Cancelled under mu: enqueue starts a stage only under mu and not
+	// after the cancel, so no goroutine is added while Wait waits.
+	p.mu.Lock()
 	p.cancel()
+	p.mu.Unlock()
 	p.wg.Wait()
 	p.s.undeliverable.forget(p)
 	p.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -121,19 +122,19 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		w.filtered.Inc()
 		return w.o.Pipe.Submit(ctx, e)
 	}
-	var buf []byte // binary mode: the event's body, not reusable
-	structured := !w.enc.Options().Binary
-	if structured {
-		buf = w.payload[:0]
+	var buf *[]byte // binary mode: the payload is the event's body, not reusable
+	if !w.enc.Options().Binary {
+		buf = payloadBufs.Get().(*[]byte)
 	}
-	data, dropped := it.Object.AppendShaped(buf, event.PayloadMode(w.o.Source.Payload), w.o.Shaping)
-	if structured && cap(data) <= maxKeptPayload {
-		w.payload = data
-	}
+	data, dropped := it.Object.AppendShaped(payloadBuf(buf), event.PayloadMode(w.o.Source.Payload), w.o.Shaping)
 	msg, err := w.encode(&event.Change{
 		Type: c.typ, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
 		Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.o.Source.Payload), Data: data, Dropped: dropped,
 	}, len(it.Object.Raw))
+	if buf != nil && cap(data) <= maxKeptPayload { // the encoder copied it
+		*buf = data[:0]
+		payloadBufs.Put(buf)
+	}
 	if err != nil {
 		return err
 	}
@@ -142,8 +143,22 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	return w.o.Pipe.Submit(ctx, e)
 }
 
-// maxKeptPayload bounds the payload buffer a watch keeps between events:
-// a rare huge object's buffer is not held for the watch's life.
+// payloadBufs are the buffers a structured event's payload is built in
+// before the encoder copies it into the event: shared by every watch, so
+// that building a payload allocates nothing and a quiet watch holds no
+// buffer (docs/PERFORMANCE.md, "What bounds it" and "Memory per watch").
+var payloadBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// payloadBuf is the empty buffer of b (nil: none).
+func payloadBuf(b *[]byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return (*b)[:0]
+}
+
+// maxKeptPayload bounds the buffers kept in payloadBufs: a rare huge
+// object's buffer is collected, not kept.
 const maxKeptPayload = 256 << 10
 
 // errUnencodable marks a change that cannot be published at all.

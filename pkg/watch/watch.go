@@ -156,13 +156,8 @@ type Watch struct {
 	watcher  Watcher
 	enc      *event.Encoder
 	tracked  int // objects in idx as last reported to relayd_tracked_objects
-	// payload is the buffer each object's payload is built in before the
-	// encoder copies it into the event (structured mode only: a binary
-	// event's body is the payload itself). Reused: one allocation per
-	// watch instead of one per event (docs/PERFORMANCE.md, "What bounds it").
-	payload []byte
-	ix      indexState
-	counts  event.SyncCounts
+	ix       indexState
+	counts   event.SyncCounts
 }
 
 // indexState is the watch's object index (see pkg/index) and what its
