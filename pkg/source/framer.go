@@ -43,10 +43,15 @@ type frameReader struct {
 // change fits; anything larger moves to a pooled buffer.
 const idleBufSize = 512
 
-// pooledBufSize is the size of the pooled buffers (a 9 KB pod fits; an
-// HTTP/2 DATA frame is at most 16 KiB); a reader whose frame is larger
-// grows its own, up to limit+1, and drops it once done.
-const pooledBufSize = 16 << 10
+// pooledBufSize is the size of the pooled buffers. A busy watch reads
+// its stream in as few reads as it can: every read of an HTTP/2 response
+// body that consumes 4 KiB or more makes Go's transport send (and flush,
+// a system call) a WINDOW_UPDATE; with 16 KiB buffers those writes took
+// 14% of relayd's CPU at full speed (docs/PERFORMANCE.md, "Goals not
+// met"). Only a reader in the middle of a read holds one; a quiet watch
+// waits in its idle buffer. A reader whose frame is larger grows its own,
+// up to limit+1, and drops it once done.
+const pooledBufSize = 64 << 10
 
 var framePool = sync.Pool{New: func() any { b := make([]byte, pooledBufSize); return &b }}
 
