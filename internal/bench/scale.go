@@ -429,13 +429,23 @@ func (h *harness) dropIndex(stream, cluster string) {
 // for the whole run.
 const scaleWatchConfig = "watch:\n  timeout: 1h\n  idleTimeout: 2h\n  relistBackoff: {initial: 100ms, max: 1s}\n"
 
-func (h *harness) scaleTracked(ctx context.Context, so ScaleOptions, rep *ScaleReport) error {
+// scaleRecording is the recording the scale steps take their templates
+// from, recorded once from the test kube-apiserver.
+func (h *harness) scaleRecording(ctx context.Context) (*Recording, error) {
 	rec, err := LoadOrRecord(ctx, RecordingDir(h.o.CacheDir, h.o.Record), h.o.Record, func() (*testenv.Env, error) {
 		h.logf("bench: recording %d pod events (the pod template) from kube-apiserver %s", h.o.Record.PodEvents, testenv.K8sVersion)
 		return h.apiserver(ctx)
 	})
 	if err != nil {
-		return fmt.Errorf("recording: %w", err)
+		return nil, fmt.Errorf("recording: %w", err)
+	}
+	return rec, nil
+}
+
+func (h *harness) scaleTracked(ctx context.Context, so ScaleOptions, rep *ScaleReport) error {
+	rec, err := h.scaleRecording(ctx)
+	if err != nil {
+		return err
 	}
 	podT, err := podTemplate(rec)
 	if err != nil {

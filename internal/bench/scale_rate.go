@@ -163,12 +163,9 @@ func (r *RateResult) Hold() *RateProbe {
 
 func (h *harness) scaleRate(ctx context.Context, so ScaleOptions, rep *ScaleReport) error {
 	ro := so.Rate.withDefaults()
-	rec, err := LoadOrRecord(ctx, RecordingDir(h.o.CacheDir, h.o.Record), h.o.Record, func() (*testenv.Env, error) {
-		h.logf("bench: recording %d pod events (the pod template) from kube-apiserver %s", h.o.Record.PodEvents, testenv.K8sVersion)
-		return h.apiserver(ctx)
-	})
+	rec, err := h.scaleRecording(ctx)
 	if err != nil {
-		return fmt.Errorf("recording: %w", err)
+		return err
 	}
 	podT, err := podTemplate(rec)
 	if err != nil {

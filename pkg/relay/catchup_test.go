@@ -161,13 +161,9 @@ func TestIndexIsCaughtUpWhenOnlyTheCheckpointIsLost(t *testing.T) {
 	}
 }
 
-// TestQuietSourceCheckpointsARecentStreamSeq: the stream sequence a
-// checkpoint carries follows every source's PubAcks, not only its own
-// source's, so a source that changes rarely does not make a restart read
-// the stream from its last own message (docs/GUARANTEES.md, "How a
-// gap is recovered").
-func TestQuietSourceCheckpointsARecentStreamSeq(t *testing.T) {
-	f := newFixture(t, env, natsSrv, `
+// busyQuietSources are two ConfigMap sources of the test namespace, told
+// apart by the label role: busy or quiet.
+const busyQuietSources = `
   - name: busy
     apiVersion: v1
     kind: ConfigMap
@@ -177,7 +173,15 @@ func TestQuietSourceCheckpointsARecentStreamSeq(t *testing.T) {
     apiVersion: v1
     kind: ConfigMap
     namespaces: [$NS]
-    labelSelector: role=quiet`)
+    labelSelector: role=quiet`
+
+// TestQuietSourceCheckpointsARecentStreamSeq: the stream sequence a
+// checkpoint carries follows every source's PubAcks, not only its own
+// source's, so a source that changes rarely does not make a restart read
+// the stream from its last own message (docs/GUARANTEES.md, "How a
+// gap is recovered").
+func TestQuietSourceCheckpointsARecentStreamSeq(t *testing.T) {
+	f := newFixture(t, env, natsSrv, busyQuietSources)
 	r := f.start(nil, true)
 	defer r.stop(t)
 	var b *corev1.ConfigMap
@@ -284,17 +288,7 @@ func TestEpochIsRecordedBeforeSyncStarted(t *testing.T) {
 // change made every restart read all the messages stored since then (at
 // 1M objects most of the restart's time).
 func TestCleanStopSettlesQuietWatchesPastTheStream(t *testing.T) {
-	f := newFixture(t, env, natsSrv, `
-  - name: busy
-    apiVersion: v1
-    kind: ConfigMap
-    namespaces: [$NS]
-    labelSelector: role=busy
-  - name: quiet
-    apiVersion: v1
-    kind: ConfigMap
-    namespaces: [$NS]
-    labelSelector: role=quiet`)
+	f := newFixture(t, env, natsSrv, busyQuietSources)
 	r := f.start(nil, true)
 	q := f.createCM("q", map[string]string{"role": "quiet"}, nil)
 	f.waitStored(20*time.Second, isEvent("added", "q", q.ResourceVersion))
