@@ -12,6 +12,9 @@ type Recovery struct {
 	Corrupt bool
 	// Loaded is the number of the watch's objects the bucket holds.
 	Loaded int
+	// Listed: the bucket records an epoch for the watch, so relayd listed
+	// it before (its index may be empty: nothing matched yet).
+	Listed bool
 	// Bucket is the bucket's generation and last sequence.
 	Bucket Generation
 	// HasCheckpoint: the watch has a checkpoint. CheckpointIndex is the
@@ -67,7 +70,9 @@ func PlanRecovery(r Recovery) Plan {
 		p.Relist, p.Why = metrics.ReasonIndexLost, "the index bucket is behind the checkpoint (restored or lost writes); relisting: deletes during the downtime may be missing, which the sync markers' reason (index-lost) says"
 	case r.HasCheckpoint:
 		p.SeqFloor = cp.Seq
-	case r.Loaded > 0:
+	case r.Loaded > 0 || r.Listed:
+		// relayd knew the watch (objects, or an earlier list): its
+		// checkpoint was removed, not never written.
 		p.Relist = metrics.ReasonNoCheckpoint
 	}
 	switch {

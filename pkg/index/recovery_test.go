@@ -33,6 +33,8 @@ func TestPlanRecovery(t *testing.T) {
 			Plan{CatchUpFrom: 1, WholeStream: true, SeqFloor: 480}, ""},
 		{"checkpoint lost, bucket kept: no-checkpoint list compared with the index, after reading the whole stream",
 			Recovery{Loaded: 10, Bucket: bucket}, Plan{Relist: metrics.ReasonNoCheckpoint, CatchUpFrom: 1, WholeStream: true}, ""},
+		{"checkpoint lost, bucket kept with no objects but an earlier list's epoch: no-checkpoint, not initial",
+			Recovery{Listed: true, Bucket: bucket}, Plan{Relist: metrics.ReasonNoCheckpoint, CatchUpFrom: 1, WholeStream: true}, ""},
 		{"bucket deleted and recreated (another generation)",
 			Recovery{Bucket: Generation{ID: "gen-3", LastSeq: 0}, HasCheckpoint: true, CheckpointIndex: cp("gen-2", 480), StreamSeq: 9000},
 			Plan{Relist: metrics.ReasonIndexLost}, "recreated"},

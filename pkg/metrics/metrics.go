@@ -29,8 +29,8 @@ const (
 	ReasonPanic     = "panic"     // a recovered panic in the source goroutine
 	ReasonInitial   = "initial"   // first list of a source without a checkpoint
 	// ReasonNoCheckpoint: a list at start without a checkpoint while the
-	// object index knows objects (the checkpoint was removed): published
-	// as a resync against the index.
+	// object index knows the watch (objects, or an earlier list's epoch):
+	// the checkpoint was removed; published as a resync against the index.
 	ReasonNoCheckpoint = "no-checkpoint"
 	// ReasonIndexLost: a list at start because the object index cannot be
 	// trusted for the checkpoint (bucket recreated, behind, corrupt, or a

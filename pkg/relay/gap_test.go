@@ -466,3 +466,46 @@ func TestIndexLossFallsBackToMarkedResync(t *testing.T) {
 	}
 	_ = a
 }
+
+// TestCheckpointLostBeforeTheFirstObject: a watch that listed an empty
+// namespace, then lost its checkpoint, relists as no-checkpoint (the
+// bucket's epoch says it listed before), never as a second initial list,
+// and publishes what was created meanwhile between the markers.
+func TestCheckpointLostBeforeTheFirstObject(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	r := f.start(nil, true)
+	f.waitStored(20*time.Second, isSync("completed"))
+	key := "cms." + f.ns
+	f.eventually(10*time.Second, "checkpoint", func() error {
+		if f.checkpoints()[key].Index == nil {
+			return fmt.Errorf("no checkpoint with an index reference yet")
+		}
+		return nil
+	})
+	r.stop(t)
+
+	f.editCheckpoint(func(data map[string]string) { delete(data, key) })
+	a := f.createCM("a", nil, nil)
+	all := f.stored()
+	before := all[len(all)-1].Seq
+	r = f.start(nil, true)
+	ms := f.waitStored(20*time.Second, func(m msg) bool { return m.Seq > before && isSync("completed")(m) })
+	started := markers(ms, "cms", "started", before)
+	if sd := syncOf(t, started[0]); sd.Reason != "no-checkpoint" || started[0].Env.RelaydEpoch != 2 {
+		t.Errorf("sync.started %+v epoch %d, want reason no-checkpoint, epoch 2", sd, started[0].Env.RelaydEpoch)
+	}
+	if cd := syncOf(t, markers(ms, "cms", "completed", before)[0]); cd.Counts != (event.SyncCounts{Added: 1, Total: 1}) {
+		t.Errorf("counts %+v, want 1 added", cd.Counts)
+	}
+	want := "added a@" + a.ResourceVersion + " resync"
+	if got := objectEvents(ms, "cms", before); strings.Join(got, "\n") != want {
+		t.Errorf("after the checkpoint was lost:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+	if v := metricValue(t, r.reg, "relayd_relists_total", map[string]string{"source": "cms", "reason": "no-checkpoint"}); v != 1 {
+		t.Errorf("relayd_relists_total{no-checkpoint} = %v, want 1", v)
+	}
+}

@@ -102,11 +102,6 @@ func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (string, er
 	if pos.Index != nil {
 		in.CheckpointIndex = &index.Ref{Generation: pos.Index.Generation, Seq: pos.Index.Seq}
 	}
-	plan := index.PlanRecovery(in)
-	if plan.Why != "" && !in.Corrupt { // corrupt entries are logged by loadIndex
-		w.log.Warn(plan.Why, planFields(in.Bucket, pos)...)
-	}
-	w.ix.seqFloor = plan.SeqFloor
 	// Keep relaydepoch increasing when the checkpoint is gone, and when it
 	// is behind: the bucket records the epoch with every sync.started, the
 	// checkpoint only when the watermark moves, so after a crash during or
@@ -117,6 +112,12 @@ func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (string, er
 	if w.ix.epochFloor, err = w.o.Bucket().Epoch(ctx, w.ix.prefix); err != nil {
 		return "", err
 	}
+	in.Listed = w.ix.epochFloor > 0
+	plan := index.PlanRecovery(in)
+	if plan.Why != "" && !in.Corrupt { // corrupt entries are logged by loadIndex
+		w.log.Warn(plan.Why, planFields(in.Bucket, pos)...)
+	}
+	w.ix.seqFloor = plan.SeqFloor
 	if plan.WholeStream {
 		w.log.Info("no stream sequence to catch the object index up from; reading the whole event stream")
 	}
