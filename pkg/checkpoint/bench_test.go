@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/relayd/relayd/pkg/index"
 )
 
 // byteCounter counts what updates send: the bytes of the data (keys and
@@ -81,7 +83,7 @@ func benchFlush(b *testing.B, watches, shards, changed int) {
 		for i := range n {
 			rv++
 			s.Advance(Key("pods", fmt.Sprintf("team-%05d", i)), Position{ResourceVersion: fmt.Sprint(rv), Epoch: 1,
-				Index: &IndexRef{Generation: gen, Seq: uint64(rv)}, StreamSeq: uint64(rv)}, false)
+				Index: &index.Ref{Generation: gen, Seq: uint64(rv)}, StreamSeq: uint64(rv)}, false)
 		}
 	}
 	advance(watches)

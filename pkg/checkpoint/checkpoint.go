@@ -23,6 +23,7 @@ import (
 
 	"github.com/relayd/relayd/internal/failpoint"
 	relaydretry "github.com/relayd/relayd/internal/retry"
+	"github.com/relayd/relayd/pkg/index"
 )
 
 // Defaults for the zero values of [Options].
@@ -73,18 +74,11 @@ type Position struct {
 	// Index is the object-index state this position matches: every index
 	// write up to it was acked into that bucket generation. Absent in
 	// checkpoints written before relayd kept an index.
-	Index *IndexRef `json:"index,omitempty"`
+	Index *index.Ref `json:"index,omitempty"`
 	// StreamSeq is an event-stream sequence at or before every message
 	// published after this position (0: unknown): at start relayd reads the
 	// stream from there to bring its object index up to date.
 	StreamSeq uint64 `json:"streamSeq,omitempty"`
-}
-
-// IndexRef names a generation of the index bucket and a stream sequence the
-// bucket had reached (see pkg/index.Generation).
-type IndexRef struct {
-	Generation string `json:"generation"`
-	Seq        uint64 `json:"seq"`
 }
 
 // Options configures a [Store]. Client, Namespace, Name and Logger are
@@ -502,7 +496,7 @@ func (s *Store) Settle(key string, seq uint64) {
 
 // sameGeneration reports whether a position with index b adds nothing to
 // one with index a: same bucket generation (or no index given).
-func sameGeneration(a, b *IndexRef) bool {
+func sameGeneration(a, b *index.Ref) bool {
 	return b == nil || (a != nil && a.Generation == b.Generation)
 }
 

@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/relayd/relayd/pkg/index"
 )
 
 func TestLoadCreatesMissingConfigMap(t *testing.T) {
@@ -461,13 +463,13 @@ func TestSameResourceVersionIsNotDirty(t *testing.T) {
 	// a lost index, and every restart would relist again); the same
 	// generation does not.
 	g1 := pos("4", 2)
-	g1.Index = &IndexRef{Generation: "g1", Seq: 3}
+	g1.Index = &index.Ref{Generation: "g1", Seq: 3}
 	s.Advance("k", g1, false)
 	if p, _ := s.Get("k"); p.Index == nil || p.Index.Generation != "g1" {
 		t.Fatalf("got %+v, want generation g1", p)
 	}
 	g1b := pos("4", 2)
-	g1b.Index = &IndexRef{Generation: "g1", Seq: 9}
+	g1b.Index = &index.Ref{Generation: "g1", Seq: 9}
 	s.Advance("k", g1b, false)
 	if p, _ := s.Get("k"); p.Index.Seq != 3 {
 		t.Fatalf("got %+v: the same generation and resourceVersion moved it", p)

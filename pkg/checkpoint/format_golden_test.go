@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/relayd/relayd/internal/testutil"
+	"github.com/relayd/relayd/pkg/index"
 )
 
 // The checkpoint ConfigMap's keys and values are a contract between relayd
@@ -56,17 +57,17 @@ var goldenUpdated = time.Date(2026, 11, 23, 10, 15, 2, 123456789, time.UTC)
 
 var goldenPositions = []goldenPosition{
 	{"position-v1.json", "deploys", Position{ResourceVersion: "48213", Epoch: 2, Updated: goldenUpdated,
-		Index: &IndexRef{Generation: "2026-11-23T09:00:00.5Z", Seq: 812}, StreamSeq: 4410}, true},
+		Index: &index.Ref{Generation: "2026-11-23T09:00:00.5Z", Seq: 812}, StreamSeq: 4410}, true},
 	// No index reference and no stream sequence (both optional).
 	{"position-v1-minimal.json", "cms.shop", Position{ResourceVersion: "7", Updated: goldenUpdated}, true},
 	// The first layout.
 	{"position-v0-first.json", "pods.shop", Position{ResourceVersion: "39999", Epoch: 1, Updated: time.Date(2026, 11, 20, 8, 0, 0, 0, time.UTC)}, false},
 	// With the object index's reference.
 	{"position-v0-index.json", "pods.web", Position{ResourceVersion: "40000", Epoch: 3, Updated: time.Date(2026, 11, 21, 8, 0, 0, 5e8, time.UTC),
-		Index: &IndexRef{Generation: "2026-11-21T07:59:59.123456Z", Seq: 90}}, false},
+		Index: &index.Ref{Generation: "2026-11-21T07:59:59.123456Z", Seq: 90}}, false},
 	// With the stream sequence the index catches up from.
 	{"position-v0-stream-seq.json", "nodes", Position{ResourceVersion: "40001", Epoch: 4, Updated: time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC),
-		Index: &IndexRef{Generation: "2026-11-21T07:59:59.123456Z", Seq: 95}, StreamSeq: 1234}, false},
+		Index: &index.Ref{Generation: "2026-11-21T07:59:59.123456Z", Seq: 95}, StreamSeq: 1234}, false},
 }
 
 // newerValue is a value of a format version this relayd does not know.

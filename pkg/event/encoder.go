@@ -664,9 +664,8 @@ type SyncEvent struct {
 	// cluster-scoped kind.
 	Namespace string
 	Epoch     uint64
-	// Reason is why the sync happened: "initial", "expired" (410),
-	// "no-checkpoint", ...
-	Reason              string
+	// Reason is why the sync happened.
+	Reason              RelistReason
 	FromResourceVersion string
 	ToResourceVersion   string
 	// Counts are sent only on sync.completed.
@@ -766,7 +765,7 @@ func syncData(s *SyncEvent) []byte {
 	d := make([]byte, 0, 384)
 	d = appendJSONField(append(d, '{'), "namespace", s.Namespace)
 	d = strconv.AppendUint(append(d, `,"epoch":`...), s.Epoch, 10)
-	d = appendJSONField(append(d, ','), "reason", s.Reason)
+	d = appendJSONField(append(d, ','), "reason", string(s.Reason))
 	d = appendJSONField(append(d, ','), "fromResourceVersion", s.FromResourceVersion)
 	d = appendJSONField(append(d, ','), "toResourceVersion", s.ToResourceVersion)
 	if r := s.Resource; r.Resource != "" {

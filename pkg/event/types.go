@@ -46,6 +46,33 @@ const (
 // Valid reports whether o is one of the defined origins.
 func (o Origin) Valid() bool { return o == OriginWatch || o == OriginInitial || o == OriginResync }
 
+// RelistReason is why relayd listed a watch's objects: the reason of its
+// sync markers (docs/CONSUMING.md, "The sync markers") and the reason label
+// of relayd_relists_total.
+type RelistReason string
+
+// The relist reasons.
+const (
+	// RelistInitial: the first list of a watch relayd knows nothing of
+	// (no checkpoint, nothing in the index bucket).
+	RelistInitial RelistReason = "initial"
+	// RelistExpired: the watch position expired (410 Gone: history
+	// compacted).
+	RelistExpired RelistReason = "expired"
+	// RelistNoCheckpoint: a list at start without a checkpoint while the
+	// object index knows the watch (objects, or an earlier list's epoch):
+	// the checkpoint was removed; published as a resync against the index.
+	RelistNoCheckpoint RelistReason = "no-checkpoint"
+	// RelistIndexLost: a list at start because the object index cannot be
+	// trusted for the checkpoint (bucket recreated, behind, corrupt, or a
+	// checkpoint from before the index): deletes during the downtime may
+	// be missing, which the sync markers' reason tells consumers.
+	RelistIndexLost RelistReason = "index-lost"
+)
+
+// RelistReasons are all the relist reasons.
+var RelistReasons = []RelistReason{RelistInitial, RelistExpired, RelistNoCheckpoint, RelistIndexLost}
+
 // PayloadMode selects what the data of an event carries.
 type PayloadMode string
 

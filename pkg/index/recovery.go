@@ -1,8 +1,6 @@
 package index
 
-import (
-	"github.com/relayd/relayd/pkg/metrics"
-)
+import "github.com/relayd/relayd/pkg/event"
 
 // Recovery is what a watch finds at start, the input of PlanRecovery: its
 // checkpoint (if any) and the state of the index bucket.
@@ -26,21 +24,22 @@ type Recovery struct {
 	StreamSeq       uint64
 }
 
-// Ref is an index state recorded by a checkpoint: the bucket generation and
-// the last index write acked into it.
+// Ref is an index state recorded by a checkpoint (checkpoint.Position.Index,
+// stored as JSON): the bucket generation (Generation.ID) and the last index
+// write acked into it.
 type Ref struct {
-	Generation string
-	Seq        uint64
+	Generation string `json:"generation"`
+	Seq        uint64 `json:"seq"`
 }
 
 // Plan is how a watch starts (docs/GUARANTEES.md, "When the bucket is
 // missing, recreated, behind or corrupt").
 type Plan struct {
 	// Relist is the reason of the list the watch must start with:
-	// metrics.ReasonIndexLost, metrics.ReasonNoCheckpoint, or "" (resume
+	// event.RelistIndexLost, event.RelistNoCheckpoint, or "" (resume
 	// from the checkpoint, or, without one, start per the source's
 	// initial setting).
-	Relist string
+	Relist event.RelistReason
 	// Why says, for an index-lost relist, what was found; "" otherwise.
 	Why string
 	// CatchUpFrom is the event-stream sequence to read the stream from
@@ -61,26 +60,26 @@ func PlanRecovery(r Recovery) Plan {
 	cp := r.CheckpointIndex
 	switch {
 	case r.Corrupt:
-		p.Relist, p.Why = metrics.ReasonIndexLost, "the index has entries that cannot be read; they are removed and the source relists"
+		p.Relist, p.Why = event.RelistIndexLost, "the index has entries that cannot be read; they are removed and the source relists"
 	case r.HasCheckpoint && cp == nil:
-		p.Relist, p.Why = metrics.ReasonIndexLost, "the checkpoint predates the object index; relisting once to build it (sync markers tell consumers)"
+		p.Relist, p.Why = event.RelistIndexLost, "the checkpoint predates the object index; relisting once to build it (sync markers tell consumers)"
 	case r.HasCheckpoint && cp.Generation != r.Bucket.ID:
-		p.Relist, p.Why = metrics.ReasonIndexLost, "the index bucket is not the one the checkpoint was written with (deleted or recreated); relisting: deletes during the downtime may be missing, which the sync markers' reason (index-lost) says"
+		p.Relist, p.Why = event.RelistIndexLost, "the index bucket is not the one the checkpoint was written with (deleted or recreated); relisting: deletes during the downtime may be missing, which the sync markers' reason (index-lost) says"
 	case r.HasCheckpoint && r.Bucket.LastSeq < cp.Seq:
-		p.Relist, p.Why = metrics.ReasonIndexLost, "the index bucket is behind the checkpoint (restored or lost writes); relisting: deletes during the downtime may be missing, which the sync markers' reason (index-lost) says"
+		p.Relist, p.Why = event.RelistIndexLost, "the index bucket is behind the checkpoint (restored or lost writes); relisting: deletes during the downtime may be missing, which the sync markers' reason (index-lost) says"
 	case r.HasCheckpoint:
 		p.SeqFloor = cp.Seq
 	case r.Loaded > 0 || r.Listed:
 		// relayd knew the watch (objects, or an earlier list): its
 		// checkpoint was removed, not never written.
-		p.Relist = metrics.ReasonNoCheckpoint
+		p.Relist = event.RelistNoCheckpoint
 	}
 	switch {
-	case p.Relist == metrics.ReasonIndexLost:
+	case p.Relist == event.RelistIndexLost:
 		// The bucket is rebuilt by a full, marked resync.
 	case r.HasCheckpoint && r.StreamSeq > 0:
 		p.CatchUpFrom = r.StreamSeq
-	case r.HasCheckpoint || p.Relist == metrics.ReasonNoCheckpoint:
+	case r.HasCheckpoint || p.Relist == event.RelistNoCheckpoint:
 		// The bucket is kept but nothing bounds the stream messages it
 		// may lack (the checkpoint is gone, or predates stream
 		// sequences): read the whole stream, once. The list that follows

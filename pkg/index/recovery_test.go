@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/relayd/relayd/pkg/metrics"
+	"github.com/relayd/relayd/pkg/event"
 )
 
 // Every row of docs/GUARANTEES.md, "When the bucket is missing, recreated,
@@ -32,22 +32,22 @@ func TestPlanRecovery(t *testing.T) {
 			Recovery{Loaded: 10, Bucket: bucket, HasCheckpoint: true, CheckpointIndex: cp("gen-2", 480)},
 			Plan{CatchUpFrom: 1, WholeStream: true, SeqFloor: 480}, ""},
 		{"checkpoint lost, bucket kept: no-checkpoint list compared with the index, after reading the whole stream",
-			Recovery{Loaded: 10, Bucket: bucket}, Plan{Relist: metrics.ReasonNoCheckpoint, CatchUpFrom: 1, WholeStream: true}, ""},
+			Recovery{Loaded: 10, Bucket: bucket}, Plan{Relist: event.RelistNoCheckpoint, CatchUpFrom: 1, WholeStream: true}, ""},
 		{"checkpoint lost, bucket kept with no objects but an earlier list's epoch: no-checkpoint, not initial",
-			Recovery{Listed: true, Bucket: bucket}, Plan{Relist: metrics.ReasonNoCheckpoint, CatchUpFrom: 1, WholeStream: true}, ""},
+			Recovery{Listed: true, Bucket: bucket}, Plan{Relist: event.RelistNoCheckpoint, CatchUpFrom: 1, WholeStream: true}, ""},
 		{"bucket deleted and recreated (another generation)",
 			Recovery{Bucket: Generation{ID: "gen-3", LastSeq: 0}, HasCheckpoint: true, CheckpointIndex: cp("gen-2", 480), StreamSeq: 9000},
-			Plan{Relist: metrics.ReasonIndexLost}, "recreated"},
+			Plan{Relist: event.RelistIndexLost}, "recreated"},
 		{"bucket behind the checkpoint (restored from a backup, lost writes)",
 			Recovery{Loaded: 8, Bucket: Generation{ID: "gen-2", LastSeq: 470}, HasCheckpoint: true, CheckpointIndex: cp("gen-2", 480), StreamSeq: 9000},
-			Plan{Relist: metrics.ReasonIndexLost}, "behind"},
+			Plan{Relist: event.RelistIndexLost}, "behind"},
 		{"unreadable entries, whatever the checkpoint says",
 			Recovery{Corrupt: true, Loaded: 9, Bucket: bucket, HasCheckpoint: true, CheckpointIndex: cp("gen-2", 480), StreamSeq: 9000},
-			Plan{Relist: metrics.ReasonIndexLost}, "cannot be read"},
+			Plan{Relist: event.RelistIndexLost}, "cannot be read"},
 		{"unreadable entries without a checkpoint",
-			Recovery{Corrupt: true, Loaded: 9, Bucket: bucket}, Plan{Relist: metrics.ReasonIndexLost}, "cannot be read"},
+			Recovery{Corrupt: true, Loaded: 9, Bucket: bucket}, Plan{Relist: event.RelistIndexLost}, "cannot be read"},
 		{"checkpoint written before relayd kept an index",
-			Recovery{Bucket: bucket, HasCheckpoint: true, StreamSeq: 0}, Plan{Relist: metrics.ReasonIndexLost}, "predates"},
+			Recovery{Bucket: bucket, HasCheckpoint: true, StreamSeq: 0}, Plan{Relist: event.RelistIndexLost}, "predates"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := PlanRecovery(tc.in)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/relayd/relayd/internal/version"
+	"github.com/relayd/relayd/pkg/event"
 )
 
 // Restart and relist reasons; a fixed set so label values stay bounded.
@@ -27,16 +28,6 @@ const (
 	ReasonError     = "error"     // anything else
 	ReasonOversized = "oversized" // a watch frame or LIST item over watch.maxObjectBytes
 	ReasonPanic     = "panic"     // a recovered panic in the source goroutine
-	ReasonInitial   = "initial"   // first list of a source without a checkpoint
-	// ReasonNoCheckpoint: a list at start without a checkpoint while the
-	// object index knows the watch (objects, or an earlier list's epoch):
-	// the checkpoint was removed; published as a resync against the index.
-	ReasonNoCheckpoint = "no-checkpoint"
-	// ReasonIndexLost: a list at start because the object index cannot be
-	// trusted for the checkpoint (bucket recreated, behind, corrupt, or a
-	// checkpoint from before the index): deletes during the downtime may be
-	// missing, which the sync markers' reason tells consumers.
-	ReasonIndexLost = "index-lost"
 )
 
 // Metrics is the full set. Construct with New.
@@ -244,8 +235,8 @@ func (m *Metrics) InitSource(source string) {
 	for _, r := range []string{ReasonExpired, ReasonTimeout, ReasonIdle, ReasonClosed, ReasonForbidden, ReasonNotFound, ReasonResolve, ReasonError, ReasonOversized, ReasonPanic} {
 		m.WatchRestarts.WithLabelValues(source, r)
 	}
-	for _, r := range []string{ReasonExpired, ReasonInitial, ReasonNoCheckpoint, ReasonIndexLost} {
-		m.Relists.WithLabelValues(source, r)
+	for _, r := range event.RelistReasons {
+		m.Relists.WithLabelValues(source, string(r))
 	}
 	m.ResyncMarkers.WithLabelValues(source, "started")
 	m.ResyncMarkers.WithLabelValues(source, "completed")

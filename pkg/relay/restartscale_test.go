@@ -14,7 +14,6 @@ import (
 
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 // restartNamespaces is how many namespaces (watches) the restart test's
@@ -116,8 +115,8 @@ func TestGracefulRestartSharesTheStartupReads(t *testing.T) {
 		t.Errorf("the restart made %d JetStream API requests naming the event stream or index bucket, want at most %d (shared start-up reads)",
 			len(requests), restartRequests)
 	}
-	for _, reason := range []string{metrics.ReasonExpired, metrics.ReasonInitial, metrics.ReasonNoCheckpoint, metrics.ReasonIndexLost} {
-		if n := metricValue(t, r.reg, "relayd_relists_total", map[string]string{"source": "cms", "reason": reason}); n != 0 {
+	for _, reason := range event.RelistReasons {
+		if n := metricValue(t, r.reg, "relayd_relists_total", map[string]string{"source": "cms", "reason": string(reason)}); n != 0 {
 			t.Errorf("relayd_relists_total{source=cms,reason=%s} = %v after a graceful restart, want 0", reason, n)
 		}
 	}

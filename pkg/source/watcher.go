@@ -105,7 +105,7 @@ type Start struct {
 	Snapshot bool
 	// Relist, when set, is the reason of a list (origin resync) made before
 	// anything else, whether or not there is a ResourceVersion.
-	Relist string
+	Relist event.RelistReason
 }
 
 // Options configures a Watcher.
@@ -183,7 +183,7 @@ type Watcher struct {
 
 type listPlan struct {
 	origin event.Origin
-	reason string
+	reason event.RelistReason
 }
 
 // Permanent errors are returned by Run for the supervisor to handle.
@@ -281,7 +281,7 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			continue
 		case outcomeRelist:
 			w.mu.Lock()
-			w.listing = &listPlan{origin: event.OriginResync, reason: metrics.ReasonExpired}
+			w.listing = &listPlan{origin: event.OriginResync, reason: event.RelistExpired}
 			w.mu.Unlock()
 			w.log.Warn("watch position expired (410); relisting", zap.String("resourceVersion", w.rv), zap.Error(err))
 		case outcomeRetry:
@@ -310,7 +310,7 @@ func (w *Watcher) begin(st Start) {
 	if st.Relist != "" {
 		w.listing = &listPlan{origin: event.OriginResync, reason: st.Relist}
 	} else if w.rv == "" && st.Snapshot {
-		w.listing = &listPlan{origin: event.OriginInitial, reason: metrics.ReasonInitial}
+		w.listing = &listPlan{origin: event.OriginInitial, reason: event.RelistInitial}
 	}
 }
 
@@ -628,7 +628,7 @@ func (w *Watcher) beginList(ctx context.Context, h Handler) (event.SyncEvent, er
 	from := w.rv
 	ep := w.epoch
 	w.mu.Unlock()
-	w.o.Metrics.Relists.WithLabelValues(w.o.Source, plan.reason).Inc()
+	w.o.Metrics.Relists.WithLabelValues(w.o.Source, string(plan.reason)).Inc()
 	w.o.Metrics.Epoch.WithLabelValues(w.o.Source).Set(float64(ep))
 	s := event.SyncEvent{Namespace: w.o.Namespace, Epoch: ep, Reason: plan.reason, FromResourceVersion: from, Time: time.Now()}
 	it := &Item{Kind: ItemSyncStarted, Epoch: ep, Sync: s, ReadAt: s.Time}
@@ -654,7 +654,7 @@ func (w *Watcher) endList(ctx context.Context, h Handler, s event.SyncEvent, rv 
 	if err := h(ctx, it); err != nil {
 		return handlerError{err}
 	}
-	w.log.Info("list completed", zap.String("reason", s.Reason), zap.Int64("objects", n),
+	w.log.Info("list completed", zap.String("reason", string(s.Reason)), zap.Int64("objects", n),
 		zap.String("from", s.FromResourceVersion), zap.String("to", rv), zap.Uint64("epoch", s.Epoch))
 	return nil
 }

@@ -34,7 +34,7 @@ func TestFingerprintsOfAnotherKeyAreDropped(t *testing.T) {
 		{Kind: source.ItemObject, Type: event.Modified, Origin: event.OriginWatch, ResourceVersion: "23", Object: r.obj(t, "u-e", "e", "23", "z")},
 	}
 	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "21", Epoch: 1,
-		Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+		Index: &index.Ref{Generation: "g1", Seq: 7}, StreamSeq: 40}
 	r.run(t, 1)
 	sameLines(t, "entries", describe(t, r.pipe.entries), []string{
 		"[put " + pre + ".u-e 21]",

@@ -280,7 +280,7 @@ func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
 		return err
 	}
 	w.ix.relist = ""
-	w.log.Info("relist compared with the object index", zap.String("reason", it.Sync.Reason), zap.Uint64("epoch", it.Epoch),
+	w.log.Info("relist compared with the object index", zap.String("reason", string(it.Sync.Reason)), zap.Uint64("epoch", it.Epoch),
 		zap.Int64("added", w.counts.Added), zap.Int64("modified", w.counts.Modified), zap.Int64("deleted", w.counts.Deleted),
 		zap.Int64("unchanged", w.counts.Unchanged), zap.Int("indexed", w.ix.idx.Len()))
 	if w.o.IndexCheck {

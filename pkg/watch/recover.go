@@ -17,7 +17,7 @@ import (
 // decides whether the index can be trusted for the checkpoint (see
 // recoverIndex), and returns the reason of the list the watch must start
 // with ("" for none).
-func (w *Watch) loadIndex(ctx context.Context) (relist string, err error) {
+func (w *Watch) loadIndex(ctx context.Context) (relist event.RelistReason, err error) {
 	b := w.o.Bucket()
 	if w.ix.idx != nil {
 		// A reload after a recovered panic: the handler may have stopped
@@ -64,7 +64,7 @@ func (w *Watch) loadIndex(ctx context.Context) (relist string, err error) {
 		w.ix.idx, w.ix.gen = nil, ""
 		return "", err
 	}
-	w.log.Info("object index loaded", zap.Int("objects", n), zap.String("bucket", b.Name()), zap.String("relist", relist))
+	w.log.Info("object index loaded", zap.Int("objects", n), zap.String("bucket", b.Name()), zap.String("relist", string(relist)))
 	return relist, nil
 }
 
@@ -96,11 +96,11 @@ func (w *Watch) dropOtherKeyFingerprints(ctx context.Context, x *index.Index, ui
 // checkpoint and what the bucket held (index.PlanRecovery), reads the epoch
 // floor, and catches the index up with the event stream. It returns the
 // reason of the list the watch must start with.
-func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (string, error) {
+func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (event.RelistReason, error) {
 	pos, hasCP := w.o.Positions.Get(w.key)
 	in.HasCheckpoint, in.StreamSeq = hasCP, pos.StreamSeq
 	if pos.Index != nil {
-		in.CheckpointIndex = &index.Ref{Generation: pos.Index.Generation, Seq: pos.Index.Seq}
+		in.CheckpointIndex = pos.Index
 	}
 	// Keep relaydepoch increasing when the checkpoint is gone, and when it
 	// is behind: the bucket records the epoch with every sync.started, the

@@ -170,7 +170,7 @@ type indexState struct {
 	loaded   bool   // false: (re)load before running
 	// relist is the reason of a list due at start; cleared when a list
 	// completes.
-	relist string
+	relist event.RelistReason
 	// epochFloor is the epoch recorded in the bucket (read at the first
 	// load): the epoch to start from when the checkpoint has none or an
 	// older one.
@@ -240,7 +240,7 @@ func (w *Watch) LastError() string {
 // Advance is the pipeline's watermark callback: the checkpoint records the
 // position with the index generation it matches.
 func (w *Watch) Advance(a sink.Advance) {
-	ref := &checkpoint.IndexRef{Generation: w.ix.gen, Seq: max(a.FollowUpSeq, w.ix.seqFloor)}
+	ref := &index.Ref{Generation: w.ix.gen, Seq: max(a.FollowUpSeq, w.ix.seqFloor)}
 	w.o.Positions.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref, StreamSeq: a.StreamSeq}, a.BookmarkOnly)
 }
 

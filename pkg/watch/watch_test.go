@@ -361,7 +361,7 @@ func TestRelistIsComparedWithTheIndex(t *testing.T) {
 		{UID: "u-c", Namespace: "ns", Name: "c", ResourceVersion: "12"},
 	}
 	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "12", Epoch: 2,
-		Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+		Index: &index.Ref{Generation: "g1", Seq: 7}, StreamSeq: 40}
 	r.run(t, 1)
 	sameLines(t, "entries", describe(t, r.pipe.entries), []string{
 		"[epoch " + pre + " 3]",
@@ -414,7 +414,7 @@ func TestLiveChangesKeepTheIndex(t *testing.T) {
 		{Kind: source.ItemObject, Type: event.Deleted, Origin: event.OriginWatch, ResourceVersion: "26", Object: r.obj(t, "u-e", "e", "26", "x")},
 	}
 	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "20", Epoch: 1,
-		Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+		Index: &index.Ref{Generation: "g1", Seq: 7}, StreamSeq: 40}
 	r.run(t, 1)
 	sameLines(t, "entries", describe(t, r.pipe.entries), []string{
 		"added watch e@21 [put " + pre + ".u-e 21] →21",
@@ -446,7 +446,7 @@ func TestEachSubmittedMessageKeepsItsObject(t *testing.T) {
 					Object: r.obj(t, "u-"+rv, "cm-"+strconv.Itoa(i), rv, strings.Repeat(string(rune('a'+i)), n))})
 			}
 			r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "20", Epoch: 1,
-				Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+				Index: &index.Ref{Generation: "g1", Seq: 7}, StreamSeq: 40}
 			r.run(t, 1)
 			if len(r.pipe.entries) != len(sizes) {
 				t.Fatalf("%d entries, want %d", len(r.pipe.entries), len(sizes))
@@ -485,7 +485,7 @@ func TestFilteredTypesStillKeepTheIndex(t *testing.T) {
 		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginWatch, ResourceVersion: "21", Object: r.obj(t, "u-e", "e", "21", "x")},
 		{Kind: source.ItemObject, Type: event.Modified, Origin: event.OriginWatch, ResourceVersion: "22", Object: r.obj(t, "u-e", "e", "22", "y")},
 	}
-	r.pos[checkpoint.Key("quiet", "ns")] = checkpoint.Position{ResourceVersion: "20", Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+	r.pos[checkpoint.Key("quiet", "ns")] = checkpoint.Position{ResourceVersion: "20", Index: &index.Ref{Generation: "g1", Seq: 7}, StreamSeq: 40}
 	r.run(t, 1)
 	sameLines(t, "entries", describe(t, r.pipe.entries), []string{
 		"added watch e@21 [put " + pre + ".u-e 21] →21",
@@ -502,7 +502,7 @@ func TestFilteredTypesStillKeepTheIndex(t *testing.T) {
 // an index-lost relist.
 func TestStartFollowsTheRecoveryPlan(t *testing.T) {
 	key, pre := checkpoint.Key("cms", "ns"), index.Prefix("cms", "ns")
-	good := &checkpoint.IndexRef{Generation: "g1", Seq: 7}
+	good := &index.Ref{Generation: "g1", Seq: 7}
 	for _, c := range []struct {
 		name    string
 		pos     *checkpoint.Position
@@ -521,13 +521,13 @@ func TestStartFollowsTheRecoveryPlan(t *testing.T) {
 		{name: "first start: no checkpoint, nothing in the bucket",
 			want: source.Start{Snapshot: true}},
 		{name: "no checkpoint, no objects but an earlier list's epoch", epoch: 2,
-			want: source.Start{Epoch: 2, Snapshot: true, Relist: metrics.ReasonNoCheckpoint}, from: 1},
+			want: source.Start{Epoch: 2, Snapshot: true, Relist: event.RelistNoCheckpoint}, from: 1},
 		{name: "no checkpoint, objects in the bucket", objects: 1,
-			want: source.Start{Snapshot: true, Relist: metrics.ReasonNoCheckpoint}, from: 1},
-		{name: "bucket recreated", objects: 1, pos: &checkpoint.Position{ResourceVersion: "50", Epoch: 4, Index: &checkpoint.IndexRef{Generation: "g0", Seq: 7}, StreamSeq: 40},
-			want: source.Start{ResourceVersion: "50", Epoch: 4, Snapshot: true, Relist: metrics.ReasonIndexLost}},
+			want: source.Start{Snapshot: true, Relist: event.RelistNoCheckpoint}, from: 1},
+		{name: "bucket recreated", objects: 1, pos: &checkpoint.Position{ResourceVersion: "50", Epoch: 4, Index: &index.Ref{Generation: "g0", Seq: 7}, StreamSeq: 40},
+			want: source.Start{ResourceVersion: "50", Epoch: 4, Snapshot: true, Relist: event.RelistIndexLost}},
 		{name: "corrupt entries", objects: 1, corrupt: []string{pre + ".bad"}, pos: &checkpoint.Position{ResourceVersion: "50", Epoch: 4, Index: good, StreamSeq: 40},
-			want: source.Start{ResourceVersion: "50", Epoch: 4, Snapshot: true, Relist: metrics.ReasonIndexLost}, entries: []string{"[delete " + pre + ".bad]"}},
+			want: source.Start{ResourceVersion: "50", Epoch: 4, Snapshot: true, Relist: event.RelistIndexLost}, entries: []string{"[delete " + pre + ".bad]"}},
 		{name: "catch-up corrections", pos: &checkpoint.Position{ResourceVersion: "50", Epoch: 4, Index: good, StreamSeq: 40},
 			fixes: []index.Fix{{UID: "u-n", Object: index.Object{UID: "u-n", Namespace: "ns", Name: "n", ResourceVersion: "45"}}},
 			want:  source.Start{ResourceVersion: "50", Epoch: 4, Snapshot: true}, from: 40, entries: []string{"[put " + pre + ".u-n 45]"}},
@@ -560,7 +560,7 @@ func TestStartFollowsTheRecoveryPlan(t *testing.T) {
 func TestPanicIsRecoveredAndTheWatchResumesFromTheWatermark(t *testing.T) {
 	r := newRig(t, "cms", &fakeWatcher{panics: true}, &fakeWatcher{})
 	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "50", Epoch: 4,
-		Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+		Index: &index.Ref{Generation: "g1", Seq: 7}, StreamSeq: 40}
 	r.pipe.watermark, r.pipe.wmEpoch = "60", 5
 	r.run(t, 2)
 	if got := testutil.ToFloat64(r.m.SourcePanics.WithLabelValues("cms")); got != 1 {
@@ -589,7 +589,7 @@ func TestPanicIsRecoveredAndTheWatchResumesFromTheWatermark(t *testing.T) {
 func TestErrorResolvesAgainWithoutReloadingTheIndex(t *testing.T) {
 	r := newRig(t, "cms", &fakeWatcher{err: errors.New("the server could not find the requested resource")}, &fakeWatcher{})
 	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "50", Epoch: 4,
-		Index: &checkpoint.IndexRef{Generation: "g1", Seq: 7}, StreamSeq: 40}
+		Index: &index.Ref{Generation: "g1", Seq: 7}, StreamSeq: 40}
 	resolves := 0
 	resolve := r.w.o.Resolve
 	r.w.o.Resolve = func(s *config.Source) (event.Resource, error) { resolves++; return resolve(s) }
