@@ -10,12 +10,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
-	"github.com/relayd/relayd/pkg/config"
-	"github.com/relayd/relayd/pkg/natsconn"
 	"github.com/relayd/relayd/pkg/tail"
 )
 
@@ -97,37 +93,19 @@ func tailCommand(args []string, stdout, stderr io.Writer, getenv func(string) st
 		}
 		return exitFailure
 	}
-	for _, n := range s.Notes {
-		fmt.Fprintln(stderr, "relayd tail: warning:", n)
+	for _, w := range s.Warnings() {
+		fmt.Fprintln(stderr, "relayd tail: warning:", w)
 	}
-	if w := s.NATS.PlaintextCredentials(); w != "" {
-		fmt.Fprintln(stderr, "relayd tail: warning:", s.Rename(w))
-	}
-	opts, err := natsconn.ClientOptions(s.NATS)
+	o, err := s.Options(tail.Options{Count: *count, Out: stdout, JSON: *output == "json", Filter: filter})
 	if err != nil {
-		fmt.Fprintln(stderr, "relayd tail:", s.Rename(err.Error()))
+		fmt.Fprintln(stderr, "relayd tail:", err)
 		return exitFailure
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err = tail.Run(ctx, tail.Options{
-		URL: strings.Join(s.NATS.URLs(), ","), Subject: s.Subject, Stream: s.Stream, Count: *count, Out: stdout,
-		JSON: *output == "json", Filter: filter, NATSOptions: opts,
-		JetStream: func(nc *nats.Conn) (jetstream.JetStream, error) { return natsconn.JetStream(nc, s.NATS) },
-	})
-	var ce *tail.ConnectError
-	switch {
-	case err == nil, errors.Is(err, context.Canceled):
-		return exitOK
-	case errors.As(err, &ce):
-		msg := natsconn.Explain(s.NATS, ce.Err)
-		if errors.Is(ce.Err, nats.ErrNoServers) {
-			msg += " (is nats.url right and the server up?)"
-		}
-		msg = s.Rename(msg)
-		fmt.Fprintf(stderr, "relayd tail: cannot connect to NATS at %s: %s\n", ce.RedactedURL(), strings.ReplaceAll(msg, "\n", " "))
-	default:
-		fmt.Fprintln(stderr, "relayd tail:", s.Rename(strings.TrimPrefix(config.RedactError(err, s.NATS.URL), "tail: ")+tail.Hint(s.NATS, err)))
+	if err := tail.Run(ctx, o); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "relayd tail:", s.Explain(err))
+		return exitFailure
 	}
-	return exitFailure
+	return exitOK
 }

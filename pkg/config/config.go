@@ -100,7 +100,29 @@ type NATS struct {
 	// Index configures the key-value bucket that persists the object index
 	// (what each watch has published), used for exact recovery after a 410.
 	Index Index `yaml:"index"`
+	// Names are what the keys above are called in messages when something
+	// other than a config file set them (`relayd tail`'s flags, environment
+	// and NATS context: nats.url is "--server" when --server gave it); not
+	// a key of the file. See KeyNames.
+	Names KeyNames `yaml:"-" json:"-"`
 }
+
+// KeyNames maps a key path of the nats block ("nats.url") to the name it
+// goes by in messages ("--server"). Every message about a nats setting is
+// built with the setting's name (NATS.Key), so no text is rewritten after.
+type KeyNames map[string]string
+
+// Of returns the name of the key path, the path itself when it has none.
+func (k KeyNames) Of(path string) string {
+	if name, ok := k[path]; ok {
+		return name
+	}
+	return path
+}
+
+// Key returns the name of a key path of the nats block in messages
+// (Names.Of).
+func (n *NATS) Key(path string) string { return n.Names.Of(path) }
 
 // TLS configures the client side of a TLS connection to NATS. Setting any
 // field makes TLS required, whatever the URL scheme.

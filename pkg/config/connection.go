@@ -18,7 +18,7 @@ func (v *validator) natsConnection(n *NATS) {
 	v.natsURL(n)
 	v.natsAuth(n)
 	if s := n.PlaintextCredentials(); s != "" && !n.AllowPlaintextCredentials {
-		v.add("nats.url", "%s (use tls:// or wss://, or a nats.tls key; or set nats.allowPlaintextCredentials to accept that)", s)
+		v.add("nats.url", "%s (use tls:// or wss://, or a nats.tls key; or set %s to accept that)", s, n.Key("nats.allowPlaintextCredentials"))
 	}
 }
 
@@ -31,7 +31,8 @@ func (v *validator) natsURL(n *NATS) {
 		v.add("nats.url", "required")
 		return
 	case strings.Contains(n.URL, "@"):
-		v.add("nats.url", "%q holds credentials, or an '@' (credentials go in a file: nats.credentialsFile, nats.nkeySeedFile, nats.tokenFile or nats.userFile)", RedactURL(n.URL))
+		v.add("nats.url", "%q holds credentials, or an '@' (credentials go in a file: %s, %s, %s or %s)", RedactURL(n.URL),
+			n.Key("nats.credentialsFile"), n.Key("nats.nkeySeedFile"), n.Key("nats.tokenFile"), n.Key("nats.userFile"))
 		return
 	}
 	empty := false
@@ -76,7 +77,7 @@ func checkNATSURL(raw string) string {
 // as Validate does, for a nats block changed after Load (`relayd tail`'s
 // flags) or built in Go. It returns nil or a *ValidationError.
 func (n *NATS) ValidateConnection() error {
-	v := &validator{}
+	v := &validator{names: n.Names}
 	v.natsConnection(n)
 	if len(v.problems) > 0 {
 		return &ValidationError{Problems: v.problems}
@@ -101,17 +102,18 @@ func (c *Config) Warnings() []Problem {
 }
 
 // CredentialsKey names the key(s) of the credentials n authenticates
-// with, e.g. "nats.tokenFile", or returns "" when it sets none.
+// with, e.g. "nats.tokenFile" (by their names, NATS.Key), or returns ""
+// when it sets none.
 func (n *NATS) CredentialsKey() string {
 	switch {
 	case n.CredentialsFile != "":
-		return "nats.credentialsFile"
+		return n.Key("nats.credentialsFile")
 	case n.NkeySeedFile != "":
-		return "nats.nkeySeedFile"
+		return n.Key("nats.nkeySeedFile")
 	case n.TokenFile != "":
-		return "nats.tokenFile"
+		return n.Key("nats.tokenFile")
 	case n.UserFile != "" || n.PasswordFile != "":
-		return "nats.userFile and nats.passwordFile"
+		return n.Key("nats.userFile") + " and " + n.Key("nats.passwordFile")
 	}
 	return ""
 }

@@ -115,6 +115,9 @@ func yamlProblems(err error) []Problem {
 		}
 		return ps
 	}
+	// yaml.v3 gives a syntax error as text only ("yaml: line N: …",
+	// fmt.Errorf; TypeError's items are strings too): its "yaml: " prefix
+	// and "line N:" are read from the text, as no type carries them.
 	return []Problem{lineProblem(strings.TrimPrefix(err.Error(), "yaml: "), "invalid YAML: ")}
 }
 

@@ -26,6 +26,9 @@ type Problem struct {
 	// Path is the key path, e.g. "sources[2].namespaces[0]"; empty for
 	// problems with the file as a whole.
 	Path string
+	// Name is what the message calls the key when it is not Path (a nats
+	// key set by a flag of `relayd tail`, NATS.Names); empty otherwise.
+	Name string
 	// Message says what is wrong, and usually what is expected.
 	Message string
 }
@@ -42,7 +45,10 @@ func (p Problem) Error() string {
 	case p.Line > 0:
 		fmt.Fprintf(&b, "line %d: ", p.Line)
 	}
-	if p.Path != "" {
+	switch {
+	case p.Name != "":
+		b.WriteString(p.Name + ": ")
+	case p.Path != "":
 		b.WriteString(p.Path + ": ")
 	}
 	b.WriteString(p.Message)
@@ -122,10 +128,17 @@ func parentPath(path string) string {
 
 type validator struct {
 	problems []Problem
+	// names are the names of the nats keys (NATS.Names), for
+	// ValidateConnection; nil when validating a config file.
+	names KeyNames
 }
 
 func (v *validator) add(path, format string, args ...any) {
-	v.problems = append(v.problems, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+	p := Problem{Path: path, Message: fmt.Sprintf(format, args...)}
+	if name := v.names.Of(path); name != path {
+		p.Name = name
+	}
+	v.problems = append(v.problems, p)
 }
 
 func (v *validator) config(c *Config) {
@@ -239,7 +252,7 @@ func (v *validator) natsAuth(n *NATS) {
 		if k == "userFile" && n.UserFile == "" {
 			key = "passwordFile"
 		}
-		v.add("nats."+key, "cannot be combined with nats.%s (set only one)", first)
+		v.add("nats."+key, "cannot be combined with %s (set only one)", v.names.Of("nats."+first))
 	}
 	v.pair("nats.userFile", n.UserFile, "nats.passwordFile", n.PasswordFile)
 	t := &n.TLS
@@ -259,9 +272,9 @@ func (v *validator) natsAuth(n *NATS) {
 func (v *validator) pair(keyA, a, keyB, b string) {
 	switch {
 	case a != "" && b == "":
-		v.add(keyB, "required with %s", keyA)
+		v.add(keyB, "required with %s", v.names.Of(keyA))
 	case a == "" && b != "":
-		v.add(keyA, "required with %s", keyB)
+		v.add(keyA, "required with %s", v.names.Of(keyB))
 	}
 }
 
@@ -424,6 +437,10 @@ func (v *validator) selectors(p string, s *Source) {
 	}
 	if s.FieldSelector != "" {
 		if _, err := fields.ParseSelector(s.FieldSelector); err != nil {
+			// apimachinery gives this error as text only (fmt.Errorf, or
+			// fields.InvalidEscapeSequence and fields.UnescapedRune,
+			// whose fields are unexported): its own prefix is cut from
+			// the text, as no type carries the rest.
 			msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "invalid field selector: "), "invalid selector: ")
 			v.add(p+".fieldSelector", "%q is not a valid field selector: %s", s.FieldSelector, msg)
 		}
@@ -494,12 +511,15 @@ func (v *validator) shaping(p string, s *Source) {
 	}
 	for _, e := range errs {
 		var se *event.ShapingError
-		if errors.As(e, &se) {
-			// "(first at drop[0])" names the item by its full key path,
-			// like the other duplicate problems.
-			msg := strings.Replace(se.Err.Error(), "(first at "+se.List+"[", "(first at "+p+"."+se.List+"[", 1)
-			v.add(p+"."+se.List+"["+strconv.Itoa(se.Index)+"]", "%s", msg)
-		} else {
+		var dup *event.DuplicatePathError
+		switch {
+		case errors.As(e, &dup) && errors.As(e, &se):
+			// The first occurrence is named by its full key path, like
+			// the other duplicate problems.
+			v.add(p+"."+se.List+"["+strconv.Itoa(se.Index)+"]", "duplicate path %q (first at %s.%s[%d])", dup.Path, p, dup.List, dup.First)
+		case errors.As(e, &se):
+			v.add(p+"."+se.List+"["+strconv.Itoa(se.Index)+"]", "%v", se.Err)
+		default:
 			v.add(p, "%v", e)
 		}
 	}

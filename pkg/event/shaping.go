@@ -60,6 +60,19 @@ func (e *ShapingError) Error() string {
 // Unwrap returns Err.
 func (e *ShapingError) Unwrap() error { return e.Err }
 
+// DuplicatePathError is the Err of a ShapingError for a path listed twice
+// in one list (as written or in another spelling of the same path).
+type DuplicatePathError struct {
+	Path  string // the canonical path
+	List  string // "drop" or "ignoreChanges"
+	First int    // the position of its first occurrence in List
+}
+
+// Error returns e.g. `duplicate path "spec.a" (first at drop[0])`.
+func (e *DuplicatePathError) Error() string {
+	return fmt.Sprintf("duplicate path %q (first at %s[%d])", e.Path, e.List, e.First)
+}
+
 // NewShaping compiles o. Every problem is reported, each as a
 // *ShapingError (joined with errors.Join when there are several):
 //
@@ -94,7 +107,7 @@ func NewShaping(o ShapingOptions) (*Shaping, error) {
 			if err == nil {
 				c := p.String()
 				if j, dup := first[c]; dup {
-					err = fmt.Errorf("duplicate path %q (first at %s[%d])", c, list, j)
+					err = &DuplicatePathError{Path: c, List: list, First: j}
 				} else {
 					first[c] = i
 				}

@@ -252,7 +252,7 @@ func ClientOptions(n *config.NATS) ([]nats.Option, error) {
 		opts = append(opts, nats.CustomInboxPrefix(n.InboxPrefix))
 	}
 	if n.TLS.Enabled() {
-		o, err := tlsOption(&n.TLS)
+		o, err := tlsOption(n)
 		if err != nil {
 			return nil, err
 		}
@@ -260,49 +260,51 @@ func ClientOptions(n *config.NATS) ([]nats.Option, error) {
 	}
 	switch {
 	case n.CredentialsFile != "":
-		user, sign := credsHandlers(n.CredentialsFile)
+		user, sign := credsHandlers(n.Key("nats.credentialsFile"), n.CredentialsFile)
 		if _, err := user(); err != nil {
 			return nil, err
 		}
 		opts = append(opts, nats.UserJWT(user, sign))
 	case n.NkeySeedFile != "":
-		kp, err := readSeed(n.NkeySeedFile)
+		key := n.Key("nats.nkeySeedFile")
+		kp, err := readSeed(key, n.NkeySeedFile)
 		if err != nil {
 			return nil, err
 		}
 		pub, err := kp.PublicKey()
 		kp.Wipe()
 		if err != nil {
-			return nil, settingErrorf("nats.nkeySeedFile %s: %w", n.NkeySeedFile, err)
+			return nil, settingErrorf("%s %s: %w", key, n.NkeySeedFile, err)
 		}
-		opts = append(opts, nats.Nkey(pub, nkeySigner(n.NkeySeedFile, pub)))
+		opts = append(opts, nats.Nkey(pub, nkeySigner(key, n.NkeySeedFile, pub)))
 	case n.TokenFile != "":
-		if _, err := readSecret("nats.tokenFile", n.TokenFile); err != nil {
+		if _, err := readSecret(n.Key("nats.tokenFile"), n.TokenFile); err != nil {
 			return nil, err
 		}
 		// nats.go's callback cannot return an error: an unreadable file
 		// sends no token, and the server's refusal is what is reported.
 		opts = append(opts, nats.TokenHandler(func() string {
-			tok, _ := readSecret("nats.tokenFile", n.TokenFile)
+			tok, _ := readSecret(n.Key("nats.tokenFile"), n.TokenFile)
 			return tok
 		}))
 	case n.UserFile != "":
-		if _, err := readSecret("nats.userFile", n.UserFile); err != nil {
+		if _, err := readSecret(n.Key("nats.userFile"), n.UserFile); err != nil {
 			return nil, err
 		}
-		if _, err := readSecret("nats.passwordFile", n.PasswordFile); err != nil {
+		if _, err := readSecret(n.Key("nats.passwordFile"), n.PasswordFile); err != nil {
 			return nil, err
 		}
 		opts = append(opts, nats.UserInfoHandler(func() (string, string) {
-			user, _ := readSecret("nats.userFile", n.UserFile)
-			pass, _ := readSecret("nats.passwordFile", n.PasswordFile)
+			user, _ := readSecret(n.Key("nats.userFile"), n.UserFile)
+			pass, _ := readSecret(n.Key("nats.passwordFile"), n.PasswordFile)
 			return user, pass
 		}))
 	}
 	return opts, nil
 }
 
-// readSecret reads a one-line secret file, trimmed of surrounding space.
+// readSecret reads a one-line secret file, trimmed of surrounding space;
+// errors name the file by key.
 func readSecret(key, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -315,14 +317,15 @@ func readSecret(key, path string) (string, error) {
 	return s, nil
 }
 
-func readSeed(path string) (nkeys.KeyPair, error) {
+// readSeed reads an NKey seed file; errors name it by key.
+func readSeed(key, path string) (nkeys.KeyPair, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, settingErrorf("nats.nkeySeedFile: %w", err)
+		return nil, settingErrorf("%s: %w", key, err)
 	}
 	kp, err := nkeys.ParseDecoratedNKey(b)
 	if err != nil {
-		return nil, settingErrorf("nats.nkeySeedFile %s: not an NKey seed: %w", path, err)
+		return nil, settingErrorf("%s %s: not an NKey seed: %w", key, path, err)
 	}
 	return kp, nil
 }
@@ -331,27 +334,27 @@ func readSeed(path string) (nkeys.KeyPair, error) {
 // The public key was sent with the connection's options: a seed of another
 // user cannot be used by this connection, only by a new one (Dial, or a
 // restart once connected), and says so.
-func nkeySigner(path, pub string) nats.SignatureHandler {
+func nkeySigner(key, path, pub string) nats.SignatureHandler {
 	return func(nonce []byte) ([]byte, error) {
-		kp, err := readSeed(path)
+		kp, err := readSeed(key, path)
 		if err != nil {
 			return nil, err
 		}
 		defer kp.Wipe()
 		if p, err := kp.PublicKey(); err != nil || p != pub {
-			return nil, settingErrorf("nats.nkeySeedFile %s: now holds the seed of user %s, but this connection was made as %s; restart relayd to use it", path, p, pub)
+			return nil, settingErrorf("%s %s: now holds the seed of user %s, but this connection was made as %s; restart relayd to use it", key, path, p, pub)
 		}
 		return kp.Sign(nonce)
 	}
 }
 
 // credsHandlers return the JWT and the nonce signer of a .creds file, each
-// reading the file anew.
-func credsHandlers(path string) (nats.UserJWTHandler, nats.SignatureHandler) {
+// reading the file anew; errors name it by key.
+func credsHandlers(key, path string) (nats.UserJWTHandler, nats.SignatureHandler) {
 	read := func() ([]byte, error) {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, settingErrorf("nats.credentialsFile: %w", err)
+			return nil, settingErrorf("%s: %w", key, err)
 		}
 		return b, nil
 	}
@@ -362,10 +365,10 @@ func credsHandlers(path string) (nats.UserJWTHandler, nats.SignatureHandler) {
 		}
 		jwt, err := nkeys.ParseDecoratedJWT(b)
 		if err != nil || !strings.HasPrefix(jwt, "eyJ") {
-			return "", settingErrorf("nats.credentialsFile %s: no user JWT in it (want a .creds file: user JWT and NKey seed)", path)
+			return "", settingErrorf("%s %s: no user JWT in it (want a .creds file: user JWT and NKey seed)", key, path)
 		}
 		if _, err := nkeys.ParseDecoratedNKey(b); err != nil {
-			return "", settingErrorf("nats.credentialsFile %s: no NKey seed in it: %w", path, err)
+			return "", settingErrorf("%s %s: no NKey seed in it: %w", key, path, err)
 		}
 		return jwt, nil
 	}
@@ -376,7 +379,7 @@ func credsHandlers(path string) (nats.UserJWTHandler, nats.SignatureHandler) {
 		}
 		kp, err := nkeys.ParseDecoratedNKey(b)
 		if err != nil {
-			return nil, settingErrorf("nats.credentialsFile %s: no NKey seed in it: %w", path, err)
+			return nil, settingErrorf("%s %s: no NKey seed in it: %w", key, path, err)
 		}
 		defer kp.Wipe()
 		return kp.Sign(nonce)
@@ -386,14 +389,15 @@ func credsHandlers(path string) (nats.UserJWTHandler, nats.SignatureHandler) {
 
 // tlsOption requires TLS, with the CA bundle and the client certificate
 // read at every TLS handshake.
-func tlsOption(t *config.TLS) (nats.Option, error) {
+func tlsOption(n *config.NATS) (nats.Option, error) {
+	t := &n.TLS
 	var certCB nats.TLSCertHandler
 	var rootCB nats.RootCAsHandler
 	if t.CertFile != "" {
 		certCB = func() (tls.Certificate, error) {
 			cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 			if err != nil {
-				return tls.Certificate{}, settingErrorf("nats.tls.certFile %s, nats.tls.keyFile %s: %w", t.CertFile, t.KeyFile, err)
+				return tls.Certificate{}, settingErrorf("%s %s, %s %s: %w", n.Key("nats.tls.certFile"), t.CertFile, n.Key("nats.tls.keyFile"), t.KeyFile, err)
 			}
 			return cert, nil
 		}
@@ -405,11 +409,11 @@ func tlsOption(t *config.TLS) (nats.Option, error) {
 		rootCB = func() (*x509.CertPool, error) {
 			pem, err := os.ReadFile(t.CAFile)
 			if err != nil {
-				return nil, settingErrorf("nats.tls.caFile: %w", err)
+				return nil, settingErrorf("%s: %w", n.Key("nats.tls.caFile"), err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, settingErrorf("nats.tls.caFile %s: no PEM certificate in it", t.CAFile)
+				return nil, settingErrorf("%s %s: no PEM certificate in it", n.Key("nats.tls.caFile"), t.CAFile)
 			}
 			return pool, nil
 		}
@@ -451,9 +455,9 @@ func Explain(n *config.NATS, err error) string {
 	case errors.As(err, &setting):
 		return msg
 	case errors.As(err, &urlErr):
-		return fmt.Sprintf("%s (check nats.url)", msg)
+		return fmt.Sprintf("%s (check %s)", msg, n.Key("nats.url"))
 	case errors.As(err, &hostErr):
-		return fmt.Sprintf("TLS: the server certificate is not valid for this name (check nats.url or nats.tls.serverName): %s", msg)
+		return fmt.Sprintf("TLS: the server certificate is not valid for this name (check %s or %s): %s", n.Key("nats.url"), n.Key("nats.tls.serverName"), msg)
 	case errors.As(err, &unknownCA), errors.As(err, &invalid), errors.As(err, &verify):
 		return fmt.Sprintf("TLS: the server certificate is not trusted (check %s): %s", caKey(n), msg)
 	case isRemoteTLSAlert(err):
@@ -467,7 +471,7 @@ func Explain(n *config.NATS, err error) string {
 		return fmt.Sprintf("TLS: the server closed the connection after the TLS handshake, most likely refusing the client certificate (check %s)", certKey(n))
 	case errors.Is(err, nats.ErrTLS), errors.As(err, &record),
 		errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted):
-		return fmt.Sprintf("TLS: %s (check nats.url and nats.tls)", msg)
+		return fmt.Sprintf("TLS: %s (check %s and nats.tls)", msg, n.Key("nats.url"))
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
 		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
 		return fmt.Sprintf("NATS refused the credentials (%s): %s", authKey(n), msg)
@@ -501,29 +505,29 @@ func closedByPeer(err error) bool {
 
 func caKey(n *config.NATS) string {
 	if n.TLS.CAFile == "" {
-		return "nats.tls.caFile: not set, the system roots are used"
+		return n.Key("nats.tls.caFile") + ": not set, the system roots are used"
 	}
-	return "nats.tls.caFile " + n.TLS.CAFile
+	return n.Key("nats.tls.caFile") + " " + n.TLS.CAFile
 }
 
 func certKey(n *config.NATS) string {
 	if n.TLS.CertFile == "" {
-		return "nats.tls.certFile and keyFile: not set"
+		return n.Key("nats.tls.certFile") + " and keyFile: not set"
 	}
-	return "nats.tls.certFile " + n.TLS.CertFile
+	return n.Key("nats.tls.certFile") + " " + n.TLS.CertFile
 }
 
 // authKey names the setting that holds relayd's credentials.
 func authKey(n *config.NATS) string {
 	switch {
 	case n.CredentialsFile != "":
-		return "nats.credentialsFile " + n.CredentialsFile
+		return n.Key("nats.credentialsFile") + " " + n.CredentialsFile
 	case n.NkeySeedFile != "":
-		return "nats.nkeySeedFile " + n.NkeySeedFile
+		return n.Key("nats.nkeySeedFile") + " " + n.NkeySeedFile
 	case n.TokenFile != "":
-		return "nats.tokenFile " + n.TokenFile
+		return n.Key("nats.tokenFile") + " " + n.TokenFile
 	case n.UserFile != "":
-		return "nats.userFile " + n.UserFile + ", nats.passwordFile " + n.PasswordFile
+		return n.Key("nats.userFile") + " " + n.UserFile + ", " + n.Key("nats.passwordFile") + " " + n.PasswordFile
 	}
-	return "no credentials configured: set one of nats.credentialsFile, nkeySeedFile, tokenFile, userFile"
+	return "no credentials configured: set one of " + n.Key("nats.credentialsFile") + ", nkeySeedFile, tokenFile, userFile"
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/natsconn"
 )
 
 // DefaultServer is the NATS URL `relayd tail` connects to when neither a
@@ -40,10 +41,6 @@ type Settings struct {
 	NATS    *config.NATS // URL, TLS, authentication, JetStream domain, inbox prefix
 	Subject string
 	Stream  string
-	// Rename turns the config keys that a flag, an environment variable or
-	// a NATS context replaced into the name of what replaced them, in
-	// messages (nats.credentialsFile is --creds when --creds was given).
-	Rename func(string) string
 	// Notes are warnings about the settings, e.g. a NATS context's fields
 	// that tail does not read.
 	Notes []string
@@ -72,9 +69,12 @@ func Resolve(f *Flags, getenv func(string) string) (*Settings, error) {
 		return nil, &UsageError{errors.New("--replay needs -c config.yaml (the stream is the config's nats.stream.name); or use --stream NAME")}
 	}
 	s := &Settings{NATS: &config.NATS{URL: DefaultServer}, Subject: f.Subject, Stream: f.Stream}
-	var pairs []string // config key, what replaced it
+	// What messages call each key that a flag, an environment variable or
+	// a NATS context set: the name of what set it last (nats.credentialsFile
+	// is --creds when --creds was given).
+	names := config.KeyNames{}
 	if f.Config == "" {
-		pairs = append(pairs, "nats.url", "--server", "nats.allowPlaintextCredentials", "--allow-plaintext-credentials")
+		names["nats.url"], names["nats.allowPlaintextCredentials"] = "--server", "--allow-plaintext-credentials"
 	} else {
 		cfg, err := config.Load(f.Config)
 		if err != nil {
@@ -90,69 +90,84 @@ func Resolve(f *Flags, getenv func(string) string) (*Settings, error) {
 		}
 	}
 	if name := getenv(EnvContext); name != "" {
-		ctxPairs, notes, err := applyContext(s.NATS, name, getenv)
+		notes, err := applyContext(s.NATS, names, name, getenv)
 		if err != nil {
 			return nil, &UsageError{err}
 		}
-		pairs, s.Notes = append(pairs, ctxPairs...), notes
+		s.Notes = notes
 	}
 	if v := getenv(EnvURL); v != "" && !set("server") {
 		s.NATS.URL = v
-		pairs = append(pairs, "nats.url", "$"+EnvURL)
+		names["nats.url"] = "$" + EnvURL
 	}
 	if v := getenv(EnvCreds); v != "" && !set("creds") {
 		setCreds(s.NATS, v)
-		pairs = append(pairs, "nats.credentialsFile", "$"+EnvCreds)
+		names["nats.credentialsFile"] = "$" + EnvCreds
 	}
 	if set("server") {
 		s.NATS.URL = f.Server
-		pairs = append(pairs, "nats.url", "--server")
+		names["nats.url"] = "--server"
 	}
 	if set("creds") {
 		setCreds(s.NATS, f.Creds)
-		pairs = append(pairs, "nats.credentialsFile", "--creds")
+		names["nats.credentialsFile"] = "--creds"
 	}
 	if f.AllowPlaintext {
 		s.NATS.AllowPlaintextCredentials = true
-		pairs = append(pairs, "nats.allowPlaintextCredentials", "--allow-plaintext-credentials")
+		names["nats.allowPlaintextCredentials"] = "--allow-plaintext-credentials"
 	}
-	s.Rename = renamer(pairs)
+	s.NATS.Names = names
 	if err := s.NATS.ValidateConnection(); err != nil {
-		return nil, &UsageError{errors.New(s.Rename(err.Error()))}
+		return nil, &UsageError{err}
 	}
 	return s, nil
+}
+
+// Warnings are what tail reports before it connects: the Notes, and
+// credentials that go over a connection that is not TLS when
+// --allow-plaintext-credentials or the config accepts that.
+func (s *Settings) Warnings() []string {
+	ws := s.Notes
+	if w := s.NATS.PlaintextCredentials(); w != "" {
+		ws = append(ws[:len(ws):len(ws)], w)
+	}
+	return ws
+}
+
+// Options are Run's options for these settings: the connection's URL,
+// TLS, authentication and JetStream domain, with o's other fields. An error
+// is about a file the settings name (natsconn.ClientOptions), named as
+// the settings call it.
+func (s *Settings) Options(o Options) (Options, error) {
+	opts, err := natsconn.ClientOptions(s.NATS)
+	if err != nil {
+		return Options{}, err
+	}
+	o.URL, o.Subject, o.Stream, o.NATSOptions = strings.Join(s.NATS.URLs(), ","), s.Subject, s.Stream, opts
+	o.JetStream = func(nc *nats.Conn) (jetstream.JetStream, error) { return natsconn.JetStream(nc, s.NATS) }
+	return o, nil
+}
+
+// Explain is the one-line message of an error of Run with these settings:
+// a failed connection names the setting it most likely concerns
+// (natsconn.Explain), a JetStream error the settings behind it (Hint);
+// neither shows credentials a URL may hold.
+func (s *Settings) Explain(err error) string {
+	var ce *ConnectError
+	if !errors.As(err, &ce) {
+		return config.RedactError(err, s.NATS.URL) + Hint(s.NATS, err)
+	}
+	msg := natsconn.Explain(s.NATS, ce.Err)
+	if errors.Is(ce.Err, nats.ErrNoServers) {
+		msg += fmt.Sprintf(" (is %s right and the server up?)", s.NATS.Key("nats.url"))
+	}
+	// One line: a multi-line client error is printed with spaces.
+	return fmt.Sprintf("cannot connect to NATS at %s: %s", ce.RedactedURL(), strings.ReplaceAll(msg, "\n", " "))
 }
 
 // setCreds makes a .creds file the only authentication of n.
 func setCreds(n *config.NATS, path string) {
 	n.CredentialsFile, n.NkeySeedFile, n.TokenFile, n.UserFile, n.PasswordFile = path, "", "", "", ""
-}
-
-// renamer replaces each config key of pairs (key, name, key, name, ...) by
-// the name given last for it; longer keys first, so that nats.tls.caFile
-// is not read as nats.tls.
-func renamer(pairs []string) func(string) string {
-	last := map[string]string{}
-	var keys []string
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if _, ok := last[pairs[i]]; !ok {
-			keys = append(keys, pairs[i])
-		}
-		last[pairs[i]] = pairs[i+1]
-	}
-	var args []string
-	for len(keys) > 0 {
-		longest := 0
-		for i, k := range keys {
-			if len(k) > len(keys[longest]) {
-				longest = i
-			}
-		}
-		k := keys[longest]
-		args = append(args, k, last[k])
-		keys = append(keys[:longest], keys[longest+1:]...)
-	}
-	return strings.NewReplacer(args...).Replace
 }
 
 // natsContext holds the fields of a nats CLI context file that tail reads
@@ -193,25 +208,26 @@ func ContextFile(name string, getenv func(string) string) (string, error) {
 }
 
 // applyContext applies the context's url, creds or nkey, cert, key, ca,
-// jetstream_domain and inbox_prefix to n, and returns the rename pairs and
-// notes. A context's user, password and token are values, not files:
-// relayd reads secrets only from files, so they are reported, not used.
-func applyContext(n *config.NATS, name string, getenv func(string) string) (pairs, notes []string, err error) {
+// jetstream_domain and inbox_prefix to n, names the keys it set after the
+// context's fields in names, and returns notes. A context's user, password
+// and token are values, not files: relayd reads secrets only from files,
+// so they are reported, not used.
+func applyContext(n *config.NATS, names config.KeyNames, name string, getenv func(string) string) (notes []string, err error) {
 	path, err := ContextFile(name, getenv)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("$%s=%s: %w", EnvContext, name, err)
+		return nil, fmt.Errorf("$%s=%s: %w", EnvContext, name, err)
 	}
 	var c natsContext
 	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, nil, fmt.Errorf("$%s=%s: %s: %w", EnvContext, name, path, err)
+		return nil, fmt.Errorf("$%s=%s: %s: %w", EnvContext, name, path, err)
 	}
 	from := func(field string) string { return fmt.Sprintf("context %s %s", name, field) }
 	if c.Creds != "" && c.Nkey != "" {
-		return nil, nil, fmt.Errorf("$%s=%s: %s sets both creds and nkey; tail uses one", EnvContext, name, path)
+		return nil, fmt.Errorf("$%s=%s: %s sets both creds and nkey; tail uses one", EnvContext, name, path)
 	}
 	for _, f := range []struct {
 		val, key string
@@ -222,17 +238,17 @@ func applyContext(n *config.NATS, name string, getenv func(string) string) (pair
 	} {
 		if f.val != "" {
 			*f.dst = f.val
-			pairs = append(pairs, f.key, from(jsonName(f.key)))
+			names[f.key] = from(jsonName(f.key))
 		}
 	}
 	switch {
 	case c.Creds != "":
 		setCreds(n, c.Creds)
-		pairs = append(pairs, "nats.credentialsFile", from("creds"))
+		names["nats.credentialsFile"] = from("creds")
 	case c.Nkey != "":
 		setCreds(n, "")
 		n.NkeySeedFile = c.Nkey
-		pairs = append(pairs, "nats.nkeySeedFile", from("nkey"))
+		names["nats.nkeySeedFile"] = from("nkey")
 	}
 	var ignored []string
 	for _, f := range []struct{ name, val string }{{"user", c.User}, {"password", c.Password}, {"token", c.Token}} {
@@ -244,7 +260,7 @@ func applyContext(n *config.NATS, name string, getenv func(string) string) (pair
 		notes = append(notes, fmt.Sprintf("context %s: %s ignored (relayd reads credentials from files only: use creds or nkey in the context, or --creds)",
 			name, strings.Join(ignored, ", ")))
 	}
-	return pairs, notes, nil
+	return notes, nil
 }
 
 // jsonName is the context file's field for a nats key.
@@ -262,12 +278,12 @@ func Hint(n *config.NATS, err error) string {
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		if n.JSDomain != "" {
-			return fmt.Sprintf(" (no JetStream answers in nats.jsDomain %q)", n.JSDomain)
+			return fmt.Sprintf(" (no JetStream answers in %s %q)", n.Key("nats.jsDomain"), n.JSDomain)
 		}
-		return " (no JetStream answers; does the stream live in another domain? set nats.jsDomain)"
+		return fmt.Sprintf(" (no JetStream answers; does the stream live in another domain? set %s)", n.Key("nats.jsDomain"))
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		if n.JSDomain != "" {
-			return fmt.Sprintf(" (check the stream name and nats.jsDomain %q)", n.JSDomain)
+			return fmt.Sprintf(" (check the stream name and %s %q)", n.Key("nats.jsDomain"), n.JSDomain)
 		}
 		return " (check the stream name)"
 	}

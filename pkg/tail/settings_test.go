@@ -1,12 +1,16 @@
 package tail
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // writeConfig writes a minimal valid relayd config (cluster dev, stream
@@ -69,8 +73,8 @@ func TestResolveFlagsOverConfig(t *testing.T) {
 		s.NATS.TLS.CAFile != "/s/ca.crt" || s.NATS.JSDomain != "hub" || s.Subject != "k8s.dev.cms.>" || s.Stream != "K8S" {
 		t.Errorf("overridden: %+v, subject %q, stream %q", *s.NATS, s.Subject, s.Stream)
 	}
-	if got := s.Rename("nats.credentialsFile: x; check nats.url"); got != "--creds: x; check --server" {
-		t.Errorf("rename: %q", got)
+	if got := s.NATS.Key("nats.credentialsFile") + "; " + s.NATS.Key("nats.url") + "; " + s.NATS.Key("nats.tls.caFile"); got != "--creds; --server; nats.tls.caFile" {
+		t.Errorf("key names: %q", got)
 	}
 
 	// Credentials over the default nats:// URL: refused, unless
@@ -144,8 +148,8 @@ func TestResolveEnvironmentAndContext(t *testing.T) {
 	if len(s.Notes) != 1 || !strings.Contains(s.Notes[0], "context prod: token ignored") {
 		t.Errorf("notes %q, want one saying the token is ignored", s.Notes)
 	}
-	if got := s.Rename("nats.url; nats.credentialsFile; nats.tls.caFile"); got != "context prod url; context prod creds; context prod ca" {
-		t.Errorf("rename: %q", got)
+	if got := s.NATS.Key("nats.url") + "; " + s.NATS.Key("nats.credentialsFile") + "; " + s.NATS.Key("nats.tls.caFile"); got != "context prod url; context prod creds; context prod ca" {
+		t.Errorf("key names: %q", got)
 	}
 
 	// NATS_URL and NATS_CREDS over the context.
@@ -157,8 +161,8 @@ func TestResolveEnvironmentAndContext(t *testing.T) {
 	if s.NATS.URL != "tls://env.example:4222" || s.NATS.CredentialsFile != "/env/user.creds" || s.NATS.TLS.CAFile != "/ctx/ca.pem" {
 		t.Errorf("env over context: %+v", *s.NATS)
 	}
-	if got := s.Rename("nats.url, nats.credentialsFile"); got != "$NATS_URL, $NATS_CREDS" {
-		t.Errorf("rename: %q", got)
+	if got := s.NATS.Key("nats.url") + ", " + s.NATS.Key("nats.credentialsFile"); got != "$NATS_URL, $NATS_CREDS" {
+		t.Errorf("key names: %q", got)
 	}
 
 	// Flags over the environment.
@@ -195,5 +199,57 @@ func TestResolveEnvironmentAndContext(t *testing.T) {
 	_, err = Resolve(flags(Flags{}), env(EnvCreds, "/env/user.creds"))
 	if want := `--server: "nats://127.0.0.1:4222" is not TLS, so $NATS_CREDS would authenticate an unencrypted connection`; !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("NATS_CREDS over nats://: %v\nwant %s…", err, want)
+	}
+}
+
+// Every message about a setting that a NATS context (or a flag) gave names
+// it as such, whichever part of relayd built the message: the checks
+// (config.ValidateConnection), the files read to connect
+// (natsconn.ClientOptions), a failed connection (natsconn.Explain) and a
+// JetStream error (Hint).
+func TestMessagesNameWhatSetTheKey(t *testing.T) {
+	xdg := t.TempDir()
+	missing := filepath.Join(xdg, "missing")
+	writeContext(t, xdg, "bad", `{"url": "tls://ctx.example:4222", "inbox_prefix": "bad prefix"}`)
+	writeContext(t, xdg, "ca", `{"url": "tls://ctx.example:4222", "ca": "`+missing+`.pem", "jetstream_domain": "hub"}`)
+	writeContext(t, xdg, "cert", `{"url": "tls://ctx.example:4222", "cert": "`+missing+`.crt", "key": "`+missing+`.key"}`)
+	writeContext(t, xdg, "creds", `{"url": "tls://ctx.example:4222", "creds": "`+missing+`.creds"}`)
+	ctx := func(name string) func(string) string { return env("XDG_CONFIG_HOME", xdg, EnvContext, name) }
+
+	_, err := Resolve(flags(Flags{}), ctx("bad"))
+	if want := `context bad inbox_prefix: "bad prefix" is not a valid inbox prefix`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("invalid inbox prefix: %v\nwant %s…", err, want)
+	}
+	for name, want := range map[string]string{
+		"ca":    "context ca ca: open " + missing + ".pem",
+		"cert":  "context cert cert " + missing + ".crt, context cert key " + missing + ".key: open ",
+		"creds": "context creds creds: open " + missing + ".creds",
+	} {
+		s, err := Resolve(flags(Flags{}), ctx(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Options(Options{}); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("context %s: %v\nwant %s…", name, err, want)
+		}
+	}
+
+	s, err := Resolve(flags(Flags{}), ctx("ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	untrusted := &ConnectError{URL: s.NATS.URL, Err: x509.UnknownAuthorityError{}}
+	if got, want := s.Explain(untrusted), "TLS: the server certificate is not trusted (check context ca ca "+missing+".pem)"; !strings.Contains(got, want) {
+		t.Errorf("untrusted certificate: %s\nwant %s", got, want)
+	}
+	if got, want := s.Explain(fmt.Errorf("stream K8S: %w", jetstream.ErrStreamNotFound)), `(check the stream name and context ca jetstream_domain "hub")`; !strings.HasSuffix(got, want) {
+		t.Errorf("stream not found: %s\nwant …%s", got, want)
+	}
+	s, err = Resolve(flags(Flags{Server: "tls://127.0.0.1:1"}, "server"), ctx("ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Explain(&ConnectError{URL: s.NATS.URL, Err: nats.ErrNoServers}), "(is --server right and the server up?)"; !strings.HasSuffix(got, want) {
+		t.Errorf("no servers: %s\nwant …%s", got, want)
 	}
 }

@@ -12,7 +12,8 @@
 //
 // Resolve (settings.go) combines tail's flags, the nats CLI's environment
 // (NATS_URL, NATS_CREDS, NATS_CONTEXT) and the config file into the
-// settings Run connects with; docs/CONFIGURATION.md, "relayd tail".
+// settings Run connects with (Settings.Options), and Settings.Explain
+// words Run's errors; docs/CONFIGURATION.md, "relayd tail".
 package tail
 
 import (
@@ -112,7 +113,7 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 // Run prints events until ctx ends or Count events were printed.
 func Run(ctx context.Context, o Options) error {
 	if o.Out == nil {
-		return errors.New("tail: Options.Out is required")
+		return errors.New("Options.Out is required")
 	}
 	if o.Subject == "" {
 		o.Subject = ">"
@@ -130,11 +131,11 @@ func Run(ctx context.Context, o Options) error {
 		}
 		js, err := newJS(nc)
 		if err != nil {
-			return fmt.Errorf("tail: JetStream: %w", err)
+			return fmt.Errorf("JetStream: %w", err)
 		}
 		cons, err := js.OrderedConsumer(ctx, o.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{o.Subject}})
 		if err != nil {
-			return fmt.Errorf("tail: stream %s: %w", o.Stream, err)
+			return fmt.Errorf("stream %s: %w", o.Stream, err)
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			msgs <- &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
@@ -146,7 +147,7 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		sub, err := nc.ChanSubscribe(o.Subject, msgs)
 		if err != nil {
-			return fmt.Errorf("tail: subscribe %s: %w", o.Subject, err)
+			return fmt.Errorf("subscribe %s: %w", o.Subject, err)
 		}
 		defer func() { _ = sub.Unsubscribe() }()
 		if err := nc.Flush(); err != nil {
