@@ -1,6 +1,8 @@
 package event
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -732,25 +734,11 @@ func (e *Encoder) Control(s SyncEvent) Message {
 		return Message{Subject: subject, MsgID: msgID, Header: hb.h, Data: d}
 	}
 
-	b := make([]byte, 0, 512+len(d))
-	b = append(b, `{"specversion":"`+SpecVersion+`"`...)
-	b = appendJSONField(append(b, ','), "id", id)
-	b = appendJSONField(append(b, ','), "source", e.ceSource)
-	b = appendJSONField(append(b, ','), "type", typ)
-	b = appendJSONField(append(b, ','), "subject", e.ctlSubject)
-	b = append(b, `,"time":"`...)
-	b = ts.UTC().AppendFormat(b, TimeLayout)
-	b = append(b, '"')
-	b = append(b, e.jsonDCT...)
-	b = append(b, e.jsonCluster...)
-	if s.Namespace != "" {
-		b = appendJSONField(append(b, ','), "k8snamespace", s.Namespace)
-	}
-	b = append(b, e.jsonRelaydSr...)
-	b = strconv.AppendUint(append(b, `,"relaydepoch":`...), s.Epoch, 10)
-	b = append(b, `,"data":`...)
-	b = append(b, d...)
-	b = append(b, '}')
+	b := marshalJSON(controlEnvelope{
+		SpecVersion: SpecVersion, ID: id, Source: e.ceSource, Type: typ, Subject: e.ctlSubject,
+		Time: ts.UTC().Format(TimeLayout), DataContentType: ContentTypeJSON, Cluster: e.opts.Cluster,
+		Namespace: s.Namespace, RelaydSource: e.opts.Source, Epoch: s.Epoch, Data: d,
+	})
 	vals := []string{ContentTypeCloudEvents, msgID}
 	return Message{
 		Subject: subject,
@@ -760,36 +748,71 @@ func (e *Encoder) Control(s SyncEvent) Message {
 	}
 }
 
+// controlEnvelope is the structured form of a sync marker; the members in
+// the order of the wire format (docs/CONSUMING.md, "The sync markers").
+type controlEnvelope struct {
+	SpecVersion     string          `json:"specversion"`
+	ID              string          `json:"id"`
+	Source          string          `json:"source"`
+	Type            string          `json:"type"`
+	Subject         string          `json:"subject"`
+	Time            string          `json:"time"`
+	DataContentType string          `json:"datacontenttype"`
+	Cluster         string          `json:"k8scluster"`
+	Namespace       string          `json:"k8snamespace,omitempty"`
+	RelaydSource    string          `json:"relaydsource"`
+	Epoch           uint64          `json:"relaydepoch"`
+	Data            json.RawMessage `json:"data"`
+}
+
+// syncDataJSON is the data of a sync marker (see Control).
+type syncDataJSON struct {
+	Namespace           string `json:"namespace"`
+	Epoch               uint64 `json:"epoch"`
+	Reason              string `json:"reason"`
+	FromResourceVersion string `json:"fromResourceVersion"`
+	ToResourceVersion   string `json:"toResourceVersion"`
+	*syncResourceJSON
+	Counts *SyncCounts `json:"counts,omitempty"`
+}
+
+// syncResourceJSON is the watched resource and its selectors, all left
+// out when the SyncEvent has no resource.
+type syncResourceJSON struct {
+	Group         string `json:"group"`
+	Version       string `json:"version"`
+	Resource      string `json:"resource"`
+	Kind          string `json:"kind"`
+	Namespaced    bool   `json:"namespaced"`
+	LabelSelector string `json:"labelSelector,omitempty"`
+	FieldSelector string `json:"fieldSelector,omitempty"`
+}
+
 // syncData is the JSON data of a sync marker (see Control).
 func syncData(s *SyncEvent) []byte {
-	d := make([]byte, 0, 384)
-	d = appendJSONField(append(d, '{'), "namespace", s.Namespace)
-	d = strconv.AppendUint(append(d, `,"epoch":`...), s.Epoch, 10)
-	d = appendJSONField(append(d, ','), "reason", string(s.Reason))
-	d = appendJSONField(append(d, ','), "fromResourceVersion", s.FromResourceVersion)
-	d = appendJSONField(append(d, ','), "toResourceVersion", s.ToResourceVersion)
+	d := syncDataJSON{Namespace: s.Namespace, Epoch: s.Epoch, Reason: string(s.Reason),
+		FromResourceVersion: s.FromResourceVersion, ToResourceVersion: s.ToResourceVersion}
 	if r := s.Resource; r.Resource != "" {
-		d = appendJSONField(append(d, ','), "group", r.Group)
-		d = appendJSONField(append(d, ','), "version", r.Version)
-		d = appendJSONField(append(d, ','), "resource", r.Resource)
-		d = appendJSONField(append(d, ','), "kind", r.Kind)
-		d = strconv.AppendBool(append(d, `,"namespaced":`...), r.Namespaced)
-		if s.LabelSelector != "" {
-			d = appendJSONField(append(d, ','), "labelSelector", s.LabelSelector)
-		}
-		if s.FieldSelector != "" {
-			d = appendJSONField(append(d, ','), "fieldSelector", s.FieldSelector)
-		}
+		d.syncResourceJSON = &syncResourceJSON{Group: r.Group, Version: r.Version, Resource: r.Resource, Kind: r.Kind,
+			Namespaced: r.Namespaced, LabelSelector: s.LabelSelector, FieldSelector: s.FieldSelector}
 	}
 	if s.Completed {
-		d = strconv.AppendInt(append(d, `,"counts":{"added":`...), s.Counts.Added, 10)
-		d = strconv.AppendInt(append(d, `,"modified":`...), s.Counts.Modified, 10)
-		d = strconv.AppendInt(append(d, `,"deleted":`...), s.Counts.Deleted, 10)
-		d = strconv.AppendInt(append(d, `,"unchanged":`...), s.Counts.Unchanged, 10)
-		d = strconv.AppendInt(append(d, `,"total":`...), s.Counts.Total, 10)
-		d = append(d, '}')
+		d.Counts = &s.Counts
 	}
-	return append(d, '}')
+	return marshalJSON(d)
+}
+
+// marshalJSON is encoding/json's encoding of v without HTML escaping, the
+// escaping appendJSONString does (and every event has); v's types cannot
+// fail to encode.
+func marshalJSON(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic("event: " + err.Error())
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // ID returns the CloudEvents id of a message this Encoder built (the
