@@ -13,7 +13,7 @@ import (
 // encoding the same event: the same attributes, extensions and data, in
 // structured JSON mode, into the same Message (subject, Nats-Msg-Id,
 // headers). docs/PERFORMANCE.md, "The encoder next to sdk-go", reports the
-// figures.
+// figures; `benchstat -col /encoder` puts the two side by side.
 
 // smallConfigMap is a ConfigMap as the apiserver sends it, without
 // managedFields (~0.5 KB): the small end of the objects relayd relays.
@@ -128,7 +128,7 @@ func TestSDKEncodeSameEvent(t *testing.T) {
 func BenchmarkEncodeVsSDK(b *testing.B) {
 	e := newTestEncoder(b, EncoderOptions{Cluster: "prod", Source: "pods", MaxPayload: 1 << 20})
 	for _, tc := range encoderCases(b) {
-		b.Run(tc.name+"/relayd", func(b *testing.B) {
+		b.Run("object="+tc.name+"/encoder=relayd", func(b *testing.B) {
 			b.SetBytes(int64(len(tc.c.Data)))
 			b.ReportAllocs()
 			for b.Loop() {
@@ -137,7 +137,7 @@ func BenchmarkEncodeVsSDK(b *testing.B) {
 				}
 			}
 		})
-		b.Run(tc.name+"/sdk-go", func(b *testing.B) {
+		b.Run("object="+tc.name+"/encoder=sdk-go", func(b *testing.B) {
 			b.SetBytes(int64(len(tc.c.Data)))
 			b.ReportAllocs()
 			for b.Loop() {
