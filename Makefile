@@ -80,7 +80,8 @@ sandbox: testenv-bins-current build ## Start etcd, kube-apiserver, NATS and rela
 	RELAYD_BIN=$(RELAYD_BIN) $(GO) run ./internal/demo -sandbox
 
 # `make bench` (docs/PERFORMANCE.md): the Go micro-benchmarks of the hot
-# path (compared with benchstat to the previous run's, if any), then the
+# path (compared with benchstat to the previous run's, if any; the
+# CloudEvents encoder also next to sdk-go's, same run), then the
 # side-by-side harness (internal/bench) against bin/relayd. BENCHFLAGS go to
 # relayd-bench run (e.g. BENCHFLAGS="-events 100000 -repeat 5"; -h lists them).
 BENCH_DIR         ?= .cache/bench
@@ -96,6 +97,7 @@ bench: testenv-bins-current build ## Measure relayd next to client-go consumers 
 	@if [ -s $(BENCH_DIR)/micro-prev.txt ]; then \
 	  $(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) prev=$(BENCH_DIR)/micro-prev.txt new=$(BENCH_DIR)/micro.txt; \
 	else $(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) $(BENCH_DIR)/micro.txt; fi | tee $(BENCH_DIR)/micro-benchstat.txt
+	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) -filter '.name:EncodeVsSDK' -col /encoder $(BENCH_DIR)/micro.txt | tee $(BENCH_DIR)/micro-encoder-vs-sdk.txt
 	$(GO) build -o $(BENCH_DIR)/relayd-bench ./internal/bench/cmd/relayd-bench
 	$(BENCH_DIR)/relayd-bench run -relayd $(BIN)/relayd -cache $(BENCH_DIR) $(BENCHFLAGS)
 
