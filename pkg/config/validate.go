@@ -33,8 +33,9 @@ type Problem struct {
 	Message string
 }
 
-// Error formats p as "source:line: path: message", leaving out the parts
-// that are unknown or empty (see the package doc).
+// Error formats p as "source:line: path: message", with Name for path
+// when set, leaving out the parts that are unknown or empty (see the
+// package doc).
 func (p Problem) Error() string {
 	var b strings.Builder
 	switch {
