@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -104,23 +103,11 @@ type Options struct {
 	BookmarkPersistInterval time.Duration
 	// Logger is required; the store logs under the name "checkpoint".
 	Logger *zap.Logger
-	// Metrics receives write outcomes; nil reports nothing.
-	Metrics Metrics
+	// Metrics counts the writes and holds the last write of each source
+	// followed (Store.Follow); nil reports nothing.
+	Metrics *Metrics
 	// Now replaces time.Now (tests); nil means time.Now.
 	Now func() time.Time
-}
-
-// Metrics is what the store reports; pkg/relay implements it with Prometheus.
-type Metrics interface {
-	// CheckpointWrite is called once per write of a checkpoint ConfigMap
-	// that a Flush (or a Run tick) attempted, after conflicts were retried:
-	// err is nil when the update was stored, else the final error. A flush
-	// with nothing to write reports nothing; one that changed keys of three
-	// ConfigMaps reports three writes.
-	CheckpointWrite(err error)
-	// CheckpointPersisted is called for each key whose position became
-	// durable at time at.
-	CheckpointPersisted(key string, at time.Time)
 }
 
 // keyState is the store's view of one key. A key is dirty while gen >
@@ -141,7 +128,7 @@ type keyState struct {
 func (k *keyState) dirty() bool { return k.gen > k.persistedGen }
 
 // Store keeps the positions of this relayd's watches in memory and writes the
-// changed ones to the checkpoint ConfigMap. Advance, Get and LastPersisted
+// changed ones to the checkpoint ConfigMap. Advance, Get, Follow and Unfollow
 // are safe for concurrent use; Flush and Run are meant for one owner
 // goroutine (concurrent calls are serialised).
 type Store struct {
@@ -151,13 +138,17 @@ type Store struct {
 	flushInt  time.Duration
 	bmInt     time.Duration
 	log       *zap.Logger
-	metrics   Metrics
+	metrics   *Metrics
 	now       func() time.Time
 
 	flushMu sync.Mutex // serialises writes
 
-	mu   sync.Mutex // guards keys
+	mu   sync.Mutex // guards keys, followed and sourceOf
 	keys map[string]*keyState
+	// followed is, per source given to Follow, its keys; sourceOf is the
+	// source of each of those keys.
+	followed map[string][]string
+	sourceOf map[string]string
 }
 
 // New validates o and returns a Store. Call [Store.Load] before using it.
@@ -196,6 +187,8 @@ func New(o Options) (*Store, error) {
 		metrics:   o.Metrics,
 		now:       o.Now,
 		keys:      map[string]*keyState{},
+		followed:  map[string][]string{},
+		sourceOf:  map[string]string{},
 	}
 	if s.flushInt == 0 {
 		s.flushInt = DefaultFlushInterval
@@ -219,12 +212,6 @@ func Key(source, namespace string) string {
 		return source
 	}
 	return source + "." + namespace
-}
-
-// SourceOf is the source of a key built by Key.
-func SourceOf(key string) string {
-	source, _, _ := strings.Cut(key, ".")
-	return source
 }
 
 func (s *Store) object(name string) string { return s.namespace + "/" + name }
@@ -431,15 +418,55 @@ func (s *Store) Get(key string) (Position, bool) {
 	return st.pos, true
 }
 
-// LastPersisted returns when key was last written successfully by this store
-// (zero if never) — used for the checkpoint-age metric.
-func (s *Store) LastPersisted(key string) time.Time {
+// Follow makes relayd_checkpoint_last_write_timestamp_seconds{source}
+// follow this store's writes of keys (the positions of the source's
+// watches, which run here from now on): the least recent last write among
+// those of them written by this store so far (0 until one is), updated at
+// each write. It replaces the keys of an earlier Follow of source.
+func (s *Store) Follow(source string, keys []string) {
+	if s.metrics == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st, ok := s.keys[key]; ok {
-		return st.lastWrite
+	s.forget(source)
+	s.followed[source] = slices.Clone(keys)
+	for _, k := range keys {
+		s.sourceOf[k] = source
 	}
-	return time.Time{}
+	s.setLastWrite(source)
+}
+
+// Unfollow deletes the source's series (it no longer runs here): a write
+// that ends later does not bring it back.
+func (s *Store) Unfollow(source string) {
+	if s.metrics == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forget(source)
+	s.metrics.LastWrite.DeleteLabelValues(source)
+}
+
+// forget drops what Follow recorded of source; s.mu is held.
+func (s *Store) forget(source string) {
+	for _, k := range s.followed[source] {
+		delete(s.sourceOf, k)
+	}
+	delete(s.followed, source)
+}
+
+// setLastWrite sets the followed source's series to the least recent last
+// write of its keys; s.mu is held.
+func (s *Store) setLastWrite(source string) {
+	var oldest time.Time
+	for _, k := range s.followed[source] {
+		if st := s.keys[k]; st != nil && !st.lastWrite.IsZero() && (oldest.IsZero() || st.lastWrite.Before(oldest)) {
+			oldest = st.lastWrite
+		}
+	}
+	s.metrics.LastWrite.WithLabelValues(source).Set(unixSeconds(oldest))
 }
 
 // Advance records key's new position in memory; it never blocks on the API.
@@ -664,8 +691,8 @@ func (s *Store) flushShard(ctx context.Context, shard int, todo []pending) ([]pe
 	}
 	// A write cut short by shutdown (cancellation) is not a failure worth
 	// counting; a timeout is.
-	if s.metrics != nil && (err == nil || !errors.Is(ctx.Err(), context.Canceled)) {
-		s.metrics.CheckpointWrite(err)
+	if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
+		s.metrics.write(err)
 	}
 	if err != nil {
 		return nil, err
@@ -700,8 +727,8 @@ func (s *Store) removeStrays(ctx context.Context, shard int, todo []pending) err
 	if len(todo) == 0 {
 		return err
 	}
-	if s.metrics != nil && (err == nil || !errors.Is(ctx.Err(), context.Canceled)) {
-		s.metrics.CheckpointWrite(err)
+	if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
+		s.metrics.write(err)
 	}
 	if err != nil {
 		return err
@@ -834,11 +861,12 @@ func (s *Store) update(ctx context.Context, cm *corev1.ConfigMap) error {
 	}
 }
 
-// markPersisted records that todo was written now, and reports each key to
-// Metrics.
+// markPersisted records that todo was written now, and updates the last
+// write of the followed sources among todo's keys.
 func (s *Store) markPersisted(todo []pending) {
 	at := s.now()
 	s.mu.Lock()
+	touched := map[string]bool{}
 	for _, p := range todo {
 		st := s.keys[p.key]
 		if p.gen > st.persistedGen {
@@ -847,13 +875,14 @@ func (s *Store) markPersisted(todo []pending) {
 		st.storedRaw = p.raw
 		st.storedAt = at
 		st.lastWrite = at
-	}
-	s.mu.Unlock()
-	if s.metrics != nil {
-		for _, p := range todo {
-			s.metrics.CheckpointPersisted(p.key, at)
+		if src, ok := s.sourceOf[p.key]; ok {
+			touched[src] = true
 		}
 	}
+	for src := range touched {
+		s.setLastWrite(src)
+	}
+	s.mu.Unlock()
 	s.log.Debug("checkpoint written", zap.Int("keys", len(todo)))
 }
 

@@ -106,14 +106,3 @@ func TestDue(t *testing.T) {
 		})
 	}
 }
-
-// SourceOf finds the source of every key Key builds.
-func TestSourceOfKey(t *testing.T) {
-	for _, c := range []struct{ source, namespace string }{
-		{"pods", ""}, {"cms", "team-a"},
-	} {
-		if got := SourceOf(Key(c.source, c.namespace)); got != c.source {
-			t.Errorf("SourceOf(Key(%q, %q)) = %q, want %q", c.source, c.namespace, got, c.source)
-		}
-	}
-}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	corev1 "k8s.io/api/core/v1"
@@ -114,42 +116,21 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// metrics records what the store reports.
-type metrics struct {
-	mu        sync.Mutex
-	writes    []error
-	persisted map[string]time.Time
-}
-
-func (m *metrics) CheckpointWrite(err error) {
-	m.mu.Lock()
-	m.writes = append(m.writes, err)
-	m.mu.Unlock()
-}
-
-func (m *metrics) CheckpointPersisted(key string, at time.Time) {
-	m.mu.Lock()
-	if m.persisted == nil {
-		m.persisted = map[string]time.Time{}
+// newMetrics returns the store's metrics, registered on a fresh registry.
+func newMetrics(t *testing.T) *Metrics {
+	t.Helper()
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
 	}
-	m.persisted[key] = at
-	m.mu.Unlock()
+	return m
 }
 
-func (m *metrics) counts() (ok, failed int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, e := range m.writes {
-		if e == nil {
-			ok++
-		} else {
-			failed++
-		}
-	}
-	return ok, failed
+// counts is the writes m counted as stored and as failed.
+func counts(m *Metrics) (ok, failed int) {
+	return int(testutil.ToFloat64(m.Writes)), int(testutil.ToFloat64(m.Errors))
 }
 
-// newStore builds a Store on ns/relayd-checkpoint; tweak adjusts the options.
 func newStore(t *testing.T, client corev1client.ConfigMapsGetter, ns string, tweak func(*Options)) *Store {
 	t.Helper()
 	o := Options{Client: client, Namespace: ns, Name: cmName, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))}

@@ -290,25 +290,23 @@ func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup
 }
 
 // setActive records the watches of a source this replica runs (nil: none).
-// relayd_checkpoint_age_seconds follows the writes of their checkpoint keys
-// from then on (from the last write of this process, if any; the store
-// reports the next ones); a source that stops running here loses its age
-// series.
+// relayd_checkpoint_last_write_timestamp_seconds follows the writes of
+// their checkpoint keys from then on (checkpoint.Store.Follow); a source
+// that stops running here loses its series.
 func (r *relay) setActive(source string, ws []running) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ws == nil {
 		delete(r.active, source)
-		r.m.CheckpointAge.Delete(source)
+		r.store.Unfollow(source)
 		return
 	}
 	r.active[source] = ws
-	r.m.CheckpointAge.Init(source)
-	for _, w := range ws {
-		if at := r.store.LastPersisted(w.Key()); !at.IsZero() {
-			r.m.CheckpointAge.Persisted(source, w.Key(), at)
-		}
+	keys := make([]string, len(ws))
+	for i, w := range ws {
+		keys[i] = w.Key()
 	}
+	r.store.Follow(source, keys)
 }
 
 // activeWatches lists the watches of every source this replica runs.
@@ -365,7 +363,7 @@ func (r *relay) connectKube() error {
 		Shards:        r.cfg.CheckpointShards(),
 		FlushInterval: r.cfg.Checkpoint.FlushInterval.Duration(),
 		Logger:        r.log.Named("checkpoint"),
-		Metrics:       checkpointMetrics{r.m},
+		Metrics:       r.m.Checkpoint,
 	})
 	if err != nil {
 		return err
@@ -388,7 +386,7 @@ func (r *relay) connectJetStream() error {
 	}
 	r.js = js
 	r.sink, err = sink.New(sink.Options{
-		JetStream: r.js, Logger: r.log.Named("sink"), Metrics: r.m, MaxInFlight: n.MaxInFlight,
+		JetStream: r.js, Logger: r.log.Named("sink"), Metrics: r.m.Sink, MaxInFlight: n.MaxInFlight,
 		MaxInFlightBytes:     int64(n.MaxInFlightBytesPerWatch),
 		ProcessInFlightBytes: int64(n.MaxInFlightBytes),
 		Connected:            r.nc.IsConnected,
@@ -403,7 +401,7 @@ func (r *relay) connectJetStream() error {
 	}
 	r.events = &index.StreamReader{
 		JetStream: r.js, Stream: n.Stream.Name, Subject: r.cfg.StreamSubject(), Cluster: r.cfg.Cluster,
-		Foreign: r.m.ForeignMessages, OnLastSeq: r.sink.SeedStreamSeq,
+		Foreign: r.m.Index.ForeignMessages, OnLastSeq: r.sink.SeedStreamSeq,
 	}
 	return nil
 }
@@ -502,21 +500,4 @@ func prefixed(prefix, reason string) string {
 		return ""
 	}
 	return prefix + reason
-}
-
-// checkpointMetrics adapts relayd's metrics to checkpoint.Metrics.
-type checkpointMetrics struct{ m *metrics.Metrics }
-
-func (c checkpointMetrics) CheckpointWrite(err error) {
-	if err != nil {
-		c.m.CheckpointErrors.Inc()
-	} else {
-		c.m.CheckpointWrites.Inc()
-	}
-}
-
-// CheckpointPersisted feeds relayd_checkpoint_age_seconds of the key's
-// source (ignored if the source no longer runs here).
-func (c checkpointMetrics) CheckpointPersisted(key string, at time.Time) {
-	c.m.CheckpointAge.Persisted(checkpoint.SourceOf(key), key, at)
 }

@@ -53,7 +53,7 @@ func (r *relay) newWatches(src *config.Source) []running {
 		var w *watch.Watch
 		pipe := r.sink.NewPipeline(src.Name, func(a sink.Advance) { w.Advance(a) })
 		w = watch.New(watch.Options{
-			Source: src, Namespace: ns, Config: r.cfg, Logger: r.log, Metrics: r.m,
+			Source: src, Namespace: ns, Config: r.cfg, Logger: r.log, Metrics: r.m.Watch,
 			Shaping: shaping, FingerprintKey: r.fpKey, MaxPayload: int(r.nc.MaxPayload()), Backoff: r.relistBackoff,
 			Pipe: pipe, Positions: r.store, Stream: r.events,
 			Ready:      r.watchesMayRun,

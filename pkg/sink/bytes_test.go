@@ -10,8 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 // bigEntry is an entry whose message costs about size bytes.
@@ -21,10 +19,10 @@ func bigEntry(id, uid, rv string, size int) Entry {
 	return e
 }
 
-func newByteSink(t *testing.T, perPipeline, process int64) (*fakePublisher, *Sink, *metrics.Metrics) {
+func newByteSink(t *testing.T, perPipeline, process int64) (*fakePublisher, *Sink, *Metrics) {
 	t.Helper()
 	fake := newFake()
-	m, err := metrics.New(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

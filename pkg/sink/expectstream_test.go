@@ -15,7 +15,6 @@ import (
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 // Against a real nats-server: relayd's event stream EV is gone and a stream
@@ -41,7 +40,7 @@ func TestPublishesAreStoredOnlyInTheirStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,6 @@ import (
 	"github.com/relayd/relayd/internal/failpoint"
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 // Publisher is the part of jetstream.JetStream the sink uses.
@@ -70,10 +69,10 @@ type Publisher interface {
 
 // Options configures a Sink.
 type Options struct {
-	JetStream   Publisher        // required; a jetstream.JetStream
-	Logger      *zap.Logger      // required
-	Metrics     *metrics.Metrics // required
-	MaxInFlight int              // per pipeline; default 256
+	JetStream   Publisher   // required; a jetstream.JetStream
+	Logger      *zap.Logger // required
+	Metrics     *Metrics    // required
+	MaxInFlight int         // per pipeline; default 256
 	// MaxInFlightBytes bounds the bytes of unacknowledged messages per
 	// pipeline; default 16 MiB.
 	MaxInFlightBytes int64

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -86,10 +85,10 @@ func (p *fakePublisher) none(t *testing.T) {
 func ack(f *future)           { f.ok <- &jetstream.PubAck{} }
 func fail(f *future, e error) { f.err <- e }
 
-func newPipeline(t *testing.T, window int) (*fakePublisher, *Pipeline, *metrics.Metrics, chan Advance) {
+func newPipeline(t *testing.T, window int) (*fakePublisher, *Pipeline, *Metrics, chan Advance) {
 	t.Helper()
 	fake := newFake()
-	m, err := metrics.New(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +358,7 @@ func TestIndexWriteFollowsEventAck(t *testing.T) {
 // message is republished with its Msg-Id.
 func TestNoRetryWhileDisconnected(t *testing.T) {
 	fake := newFake()
-	m, err := metrics.New(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +394,7 @@ func TestNoRetryWhileDisconnected(t *testing.T) {
 // failure, after a first publish was acked, waits its backoff again.
 func TestPublishesBehindARetriedOneAreRepublishedAtOnce(t *testing.T) {
 	fake := newFake()
-	m, err := metrics.New(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +468,7 @@ func TestPublishesBehindARetriedOneAreRepublishedAtOnce(t *testing.T) {
 // WithExpectStream set), whatever headers the message came with.
 func TestPublishSetsTheMsgIDAndExpectedStreamHeaders(t *testing.T) {
 	fake := newFake()
-	m, err := metrics.New(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

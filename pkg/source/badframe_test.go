@@ -21,8 +21,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 const cm6 = `{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b","namespace":"ns","uid":"u2","resourceVersion":"6"}}}`
@@ -62,14 +60,14 @@ func TestBadWatchFramesAreRetriedFromTheLastGoodPosition(t *testing.T) {
 		reason string // relayd_watch_restarts_total reason
 		logged string // in the "watch failed; retrying" log line's error
 	}{
-		{"non-JSON", "<html>502 Bad Gateway</html>\n", metrics.ReasonError, "invalid character '<' looking for beginning of value"},
-		{"truncated", `{"type":"MODIFIED","object":{"metadata":{"name":"b","resourceVer`, metrics.ReasonClosed, "unexpected EOF"},
-		{"not a frame", `{"kind":"Status","code":500}` + "\n", metrics.ReasonError, "bad watch frame: watch frame has no type"},
-		{"object without metadata", `{"type":"MODIFIED","object":{"kind":"ConfigMap"}}` + "\n", metrics.ReasonError, "bad object in MODIFIED watch frame: missing metadata"},
-		{"unknown type", `{"type":"RENAMED","object":{"metadata":{"resourceVersion":"7"}}}` + "\n", metrics.ReasonError, `unknown watch event type "RENAMED"`},
-		{"500 status", `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","reason":"InternalError","code":500}}` + "\n", metrics.ReasonError, "etcdserver: request timed out"},
-		{"status without a message", `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"code":503}}` + "\n", metrics.ReasonError, "503"},
-		{"ERROR without a Status", `{"type":"ERROR","object":{"spec":{"a":[1]}}}` + "\n", metrics.ReasonError, "ERROR watch frame"},
+		{"non-JSON", "<html>502 Bad Gateway</html>\n", ReasonError, "invalid character '<' looking for beginning of value"},
+		{"truncated", `{"type":"MODIFIED","object":{"metadata":{"name":"b","resourceVer`, ReasonClosed, "unexpected EOF"},
+		{"not a frame", `{"kind":"Status","code":500}` + "\n", ReasonError, "bad watch frame: watch frame has no type"},
+		{"object without metadata", `{"type":"MODIFIED","object":{"kind":"ConfigMap"}}` + "\n", ReasonError, "bad object in MODIFIED watch frame: missing metadata"},
+		{"unknown type", `{"type":"RENAMED","object":{"metadata":{"resourceVersion":"7"}}}` + "\n", ReasonError, `unknown watch event type "RENAMED"`},
+		{"500 status", `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","reason":"InternalError","code":500}}` + "\n", ReasonError, "etcdserver: request timed out"},
+		{"status without a message", `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"code":503}}` + "\n", ReasonError, "503"},
+		{"ERROR without a Status", `{"type":"ERROR","object":{"spec":{"a":[1]}}}` + "\n", ReasonError, "ERROR watch frame"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,8 +127,8 @@ func TestBadWatchFramesAreRetriedFromTheLastGoodPosition(t *testing.T) {
 // and says which source, resource and namespace, and what the server said.
 func TestPermanentErrorFramesStopTheWatcherNamingTheSource(t *testing.T) {
 	for _, tc := range []struct{ code, reason, status string }{
-		{"403", metrics.ReasonForbidden, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps is forbidden: User \"relayd\" cannot watch resource \"configmaps\" in API group \"\" in the namespace \"ns\"","reason":"Forbidden","code":403}`},
-		{"404", metrics.ReasonNotFound, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}`},
+		{"403", ReasonForbidden, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps is forbidden: User \"relayd\" cannot watch resource \"configmaps\" in API group \"\" in the namespace \"ns\"","reason":"Forbidden","code":403}`},
+		{"404", ReasonNotFound, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}`},
 	} {
 		t.Run(tc.code, func(t *testing.T) {
 			srv := &scripted{bodies: []string{cm6 + "\n" + `{"type":"ERROR","object":` + tc.status + "}\n"}}

@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 var (
@@ -70,22 +69,22 @@ func TestClassify(t *testing.T) {
 		want         outcome
 		reason       string
 	}{
-		{"server ended the watch", nil, false, outcomeResume, metrics.ReasonTimeout},
+		{"server ended the watch", nil, false, outcomeResume, ReasonTimeout},
 		{"streaming list refused", fmt.Errorf("%w: %v", errStreamingUnsupported, errBadRequest), false, outcomeNoStream, ""},
-		{"410 Expired", errExpired, false, outcomeRelist, metrics.ReasonExpired},
-		{"410 Gone", errGone, false, outcomeRelist, metrics.ReasonExpired},
+		{"410 Expired", errExpired, false, outcomeRelist, ReasonExpired},
+		{"410 Gone", errGone, false, outcomeRelist, ReasonExpired},
 		{"handler", handlerError{errors.New("publish: timeout")}, false, outcomeHandler, ""},
 		{"handler, a permanent-looking error", handlerError{errForbidden}, false, outcomeHandler, ""},
 		{"406, metadata only", errNotAccepted, true, outcomeWholeObjects, ""},
-		{"406, whole objects", errNotAccepted, false, outcomeRetry, metrics.ReasonError},
-		{"403", errForbidden, false, outcomePermanent, metrics.ReasonForbidden},
-		{"401", errUnauth, false, outcomePermanent, metrics.ReasonForbidden},
-		{"404", errNotFound, true, outcomePermanent, metrics.ReasonNotFound},
-		{"idle", errIdle, false, outcomeRetry, metrics.ReasonIdle},
-		{"connection closed", &url.Error{Op: "Get", URL: "https://x", Err: io.EOF}, false, outcomeRetry, metrics.ReasonClosed},
-		{"cut frame", io.ErrUnexpectedEOF, false, outcomeRetry, metrics.ReasonClosed},
-		{"bad frame", errors.New("bad watch frame: invalid character"), false, outcomeRetry, metrics.ReasonError},
-		{"500", apierrors.NewInternalError(errors.New("etcd")), false, outcomeRetry, metrics.ReasonError},
+		{"406, whole objects", errNotAccepted, false, outcomeRetry, ReasonError},
+		{"403", errForbidden, false, outcomePermanent, ReasonForbidden},
+		{"401", errUnauth, false, outcomePermanent, ReasonForbidden},
+		{"404", errNotFound, true, outcomePermanent, ReasonNotFound},
+		{"idle", errIdle, false, outcomeRetry, ReasonIdle},
+		{"connection closed", &url.Error{Op: "Get", URL: "https://x", Err: io.EOF}, false, outcomeRetry, ReasonClosed},
+		{"cut frame", io.ErrUnexpectedEOF, false, outcomeRetry, ReasonClosed},
+		{"bad frame", errors.New("bad watch frame: invalid character"), false, outcomeRetry, ReasonError},
+		{"500", apierrors.NewInternalError(errors.New("etcd")), false, outcomeRetry, ReasonError},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, reason := classify(c.err, c.metadataOnly)
@@ -108,15 +107,15 @@ func TestPause(t *testing.T) {
 		want     time.Duration
 		wantNext time.Duration // backoff.Duration afterwards
 	}{
-		{"server ended the watch", grown, metrics.ReasonTimeout, time.Second, 0, 8 * time.Second},
-		{"first failure", initial, metrics.ReasonError, time.Second, time.Second, 2 * time.Second},
-		{"repeated failure", grown, metrics.ReasonClosed, time.Second, 8 * time.Second, 16 * time.Second},
-		{"failure after a long run", grown, metrics.ReasonIdle, 2 * time.Minute, time.Second, 2 * time.Second},
-		{"410 after a short run", initial, metrics.ReasonExpired, time.Second, time.Second, 2 * time.Second},
-		{"410 storm", grown, metrics.ReasonExpired, time.Second, 8 * time.Second, 16 * time.Second},
-		{"410 after a long run", grown, metrics.ReasonExpired, 2 * time.Minute, 0, 2 * time.Second},
-		{"a minute is not long", grown, metrics.ReasonError, time.Minute, 8 * time.Second, 16 * time.Second},
-		{"capped", wait.Backoff{Duration: 40 * time.Second, Factor: 2, Steps: 1 << 30, Cap: time.Minute}, metrics.ReasonError, time.Second, 40 * time.Second, time.Minute},
+		{"server ended the watch", grown, ReasonTimeout, time.Second, 0, 8 * time.Second},
+		{"first failure", initial, ReasonError, time.Second, time.Second, 2 * time.Second},
+		{"repeated failure", grown, ReasonClosed, time.Second, 8 * time.Second, 16 * time.Second},
+		{"failure after a long run", grown, ReasonIdle, 2 * time.Minute, time.Second, 2 * time.Second},
+		{"410 after a short run", initial, ReasonExpired, time.Second, time.Second, 2 * time.Second},
+		{"410 storm", grown, ReasonExpired, time.Second, 8 * time.Second, 16 * time.Second},
+		{"410 after a long run", grown, ReasonExpired, 2 * time.Minute, 0, 2 * time.Second},
+		{"a minute is not long", grown, ReasonError, time.Minute, 8 * time.Second, 16 * time.Second},
+		{"capped", wait.Backoff{Duration: 40 * time.Second, Factor: 2, Steps: 1 << 30, Cap: time.Minute}, ReasonError, time.Second, 40 * time.Second, time.Minute},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := c.backoff
@@ -274,7 +273,7 @@ func TestWatchRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 // testMaxObject is the watchers' MaxObjectBytes in these tests.
@@ -50,7 +48,7 @@ const socketBuf = 128 << 10
 const socketSlack = 1 << 20
 
 // newTightWatcher is newWatcher with socket buffers of socketBuf.
-func newTightWatcher(t *testing.T, h http.Handler, o Options) (*Watcher, *metrics.Metrics) {
+func newTightWatcher(t *testing.T, h http.Handler, o Options) (*Watcher, *Metrics) {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener = smallBuffers{srv.Listener}
@@ -190,7 +188,7 @@ func TestEndlessWatchFrameIsCutAtTheBoundAndRetried(t *testing.T) {
 			t.Errorf("handler saw %q: part of the endless frame was delivered", rv)
 		}
 	}
-	if v := testutil.ToFloat64(m.WatchRestarts.WithLabelValues("s", metrics.ReasonOversized)); int(v) < len(reqs)-1 || int(v) > len(reqs) {
+	if v := testutil.ToFloat64(m.WatchRestarts.WithLabelValues("s", ReasonOversized)); int(v) < len(reqs)-1 || int(v) > len(reqs) {
 		t.Errorf("watch_restarts{oversized} = %v for %d requests", v, len(reqs))
 	}
 	logged := loggedRestarts(t, logs)
@@ -198,7 +196,7 @@ func TestEndlessWatchFrameIsCutAtTheBoundAndRetried(t *testing.T) {
 		t.Fatalf("nothing logged; logs: %v", logs.All())
 	}
 	want := `source "s": list/watch configmaps (v1) in namespace ns: watch frame larger than watch.maxObjectBytes allows (1048576 bytes): stopped reading it after 1048577 bytes`
-	if e := logged[0]; e["error"] != want || e["reason"] != metrics.ReasonOversized || e["source"] != "s" {
+	if e := logged[0]; e["error"] != want || e["reason"] != ReasonOversized || e["source"] != "s" {
 		t.Errorf("logged %v, want error %q, reason oversized, source s", e, want)
 	}
 }
@@ -294,7 +292,7 @@ func TestLISTPagesOverTheBoundAreAskedForWithFewerItems(t *testing.T) {
 	if strings.Join(reqs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("requests\n%s\nwant\n%s", strings.Join(reqs, "\n"), strings.Join(want, "\n"))
 	}
-	if v := testutil.ToFloat64(m.WatchRestarts.WithLabelValues("s", metrics.ReasonOversized)); v != 0 {
+	if v := testutil.ToFloat64(m.WatchRestarts.WithLabelValues("s", ReasonOversized)); v != 0 {
 		t.Errorf("watch_restarts{oversized} = %v, want 0: no item is over the bound", v)
 	}
 }
@@ -310,7 +308,7 @@ func TestEndlessLISTItemIsCutAtTheBoundAndRetried(t *testing.T) {
 	wt, m := newTightWatcher(t, p, Options{MaxObjectBytes: testMaxObject,
 		Backoff: wait.Backoff{Duration: backoff, Factor: 2, Steps: 1 << 30, Cap: time.Minute}})
 	wt.log = zap.New(core).With(zap.String("source", "s"))
-	restarts := m.WatchRestarts.WithLabelValues("s", metrics.ReasonOversized)
+	restarts := m.WatchRestarts.WithLabelValues("s", ReasonOversized)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	go func() { // stop after the second failed list
@@ -353,7 +351,7 @@ func TestEndlessLISTItemIsCutAtTheBoundAndRetried(t *testing.T) {
 		t.Fatalf("nothing logged; logs: %v", logs.All())
 	}
 	want := `source "s": list/watch configmaps (v1) in all namespaces: LIST item larger than watch.maxObjectBytes allows (1048576 bytes): stopped reading it after 1114113 bytes`
-	if e := logged[0]; e["error"] != want || e["reason"] != metrics.ReasonOversized {
+	if e := logged[0]; e["error"] != want || e["reason"] != ReasonOversized {
 		t.Errorf("logged %v, want error %q, reason oversized", e, want)
 	}
 	// The items before the endless one arrive in each list, none after it.

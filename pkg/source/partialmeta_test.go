@@ -37,7 +37,6 @@ import (
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 // wire records what a client sends and reads: each request as "LIST",
@@ -95,7 +94,7 @@ var configMaps = event.Resource{Version: "v1", Resource: "configmaps", Kind: "Co
 
 // realWatcher is a watcher of the ConfigMaps in ns on e, with a client
 // configured as relayd's (JSON) whose traffic goes to w.
-func realWatcher(t *testing.T, e *testenv.Env, ns string, o Options, w *wire) (*Watcher, *metrics.Metrics) {
+func realWatcher(t *testing.T, e *testenv.Env, ns string, o Options, w *wire) (*Watcher, *Metrics) {
 	t.Helper()
 	cfg := rest.CopyConfig(e.AdminConfig())
 	cfg.GroupVersion = &schema.GroupVersion{Version: "v1"}
@@ -113,7 +112,7 @@ func realWatcher(t *testing.T, e *testenv.Env, ns string, o Options, w *wire) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,15 +430,15 @@ func TestMetadataOnlyRelistAfter410(t *testing.T) {
 				switch {
 				case it.kind == ItemObject && it.origin == event.OriginResync:
 					resynced = append(resynced, it.meta.Name)
-				case it.kind == ItemSyncCompleted && it.sync.Reason != metrics.ReasonExpired:
-					t.Errorf("sync.completed reason %q, want %q", it.sync.Reason, metrics.ReasonExpired)
+				case it.kind == ItemSyncCompleted && it.sync.Reason != event.RelistExpired:
+					t.Errorf("sync.completed reason %q, want %q", it.sync.Reason, event.RelistExpired)
 				}
 			}
 			if strings.Join(resynced, ",") != "cm-0,cm-1,cm-2,cm-3" {
 				t.Errorf("relisted %v, want cm-0..cm-3", resynced)
 			}
 			// The refused streaming list counts as one too.
-			if v := testutil.ToFloat64(m.Relists.WithLabelValues("s", metrics.ReasonExpired)); v < 1 {
+			if v := testutil.ToFloat64(m.Relists.WithLabelValues("s", string(event.RelistExpired))); v < 1 {
 				t.Errorf("relists{expired} = %v, want >= 1", v)
 			}
 			if !wt.noStream {

@@ -60,7 +60,6 @@ import (
 
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 // ItemKind says what an Item carries.
@@ -121,7 +120,7 @@ type Options struct {
 	PageSize      int64         // paginated list fallback; default 500
 	Backoff       wait.Backoff  // between failed attempts; default 1s..5m, x2, jitter 0.5
 	Logger        *zap.Logger
-	Metrics       *metrics.Metrics
+	Metrics       *Metrics
 	// OnState is told when the watch is established (true) or lost (false).
 	OnState func(up bool)
 	// MetadataOnly lists and watches PartialObjectMetadata instead of whole
@@ -285,7 +284,7 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			w.mu.Unlock()
 			w.log.Warn("watch position expired (410); relisting", zap.String("resourceVersion", w.rv), zap.Error(err))
 		case outcomeRetry:
-			if reason == metrics.ReasonOversized {
+			if reason == ReasonOversized {
 				err = w.describe(err) // the log says which source and resource
 			}
 			w.failures.Fail(err, zap.String("reason", reason))
@@ -358,7 +357,7 @@ func (w *Watcher) fromCurrentRV(ctx context.Context, backoff *wait.Backoff) (ok 
 		return false, w.describe(err)
 	}
 	if tooLarge := (*tooLargeError)(nil); errors.As(err, &tooLarge) {
-		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, metrics.ReasonOversized).Inc()
+		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, ReasonOversized).Inc()
 		err = w.describe(err)
 	}
 	w.log.Warn("cannot read the current resourceVersion; retrying", zap.Error(err))
@@ -402,11 +401,11 @@ const (
 func classify(err error, metadataOnly bool) (outcome, string) {
 	switch {
 	case err == nil:
-		return outcomeResume, metrics.ReasonTimeout
+		return outcomeResume, ReasonTimeout
 	case errors.Is(err, errStreamingUnsupported):
 		return outcomeNoStream, ""
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
-		return outcomeRelist, metrics.ReasonExpired
+		return outcomeRelist, ReasonExpired
 	case errors.Is(err, handlerError{}):
 		return outcomeHandler, ""
 	case refusesMetadata(err, metadataOnly):
@@ -418,13 +417,13 @@ func classify(err error, metadataOnly bool) (outcome, string) {
 	var tooLarge *tooLargeError
 	switch {
 	case errors.Is(err, errIdle):
-		return outcomeRetry, metrics.ReasonIdle
+		return outcomeRetry, ReasonIdle
 	case errors.As(err, &tooLarge):
-		return outcomeRetry, metrics.ReasonOversized
+		return outcomeRetry, ReasonOversized
 	case isConnErr(err):
-		return outcomeRetry, metrics.ReasonClosed
+		return outcomeRetry, ReasonClosed
 	}
-	return outcomeRetry, metrics.ReasonError
+	return outcomeRetry, ReasonError
 }
 
 // pause is how long Run waits after an attempt that ran for ran and ended
@@ -434,7 +433,7 @@ func classify(err error, metadataOnly bool) (outcome, string) {
 // apiserver never sees a hot loop. The first 410 after a long run relists
 // at once.
 func pause(backoff *wait.Backoff, initial wait.Backoff, reason string, ran time.Duration) time.Duration {
-	if reason == metrics.ReasonTimeout {
+	if reason == ReasonTimeout {
 		return 0
 	}
 	long := ran > time.Minute
@@ -442,7 +441,7 @@ func pause(backoff *wait.Backoff, initial wait.Backoff, reason string, ran time.
 		*backoff = initial
 	}
 	d := backoff.Step()
-	if reason == metrics.ReasonExpired && long {
+	if reason == ReasonExpired && long {
 		d = 0
 	}
 	return d
@@ -509,9 +508,9 @@ func (w *Watcher) describe(err error) error {
 func permanent(err error) string {
 	switch {
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
-		return metrics.ReasonForbidden
+		return ReasonForbidden
 	case apierrors.IsNotFound(err):
-		return metrics.ReasonNotFound
+		return ReasonNotFound
 	}
 	return ""
 }

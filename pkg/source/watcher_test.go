@@ -28,7 +28,6 @@ import (
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 )
 
 // The package's etcd + kube-apiserver, started by the first test that
@@ -69,7 +68,7 @@ func TestMain(m *testing.M) {
 
 const cmJSON = `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","uid":"u1","resourceVersion":"5"}}`
 
-func newWatcher(t *testing.T, h http.Handler, o Options) (*Watcher, *metrics.Metrics) {
+func newWatcher(t *testing.T, h http.Handler, o Options) (*Watcher, *Metrics) {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -78,7 +77,7 @@ func newWatcher(t *testing.T, h http.Handler, o Options) (*Watcher, *metrics.Met
 
 // watcherFor returns a watcher of the ConfigMaps of source "s" on the
 // server of rc (its Host and Dial).
-func watcherFor(t *testing.T, rc *rest.Config, o Options) (*Watcher, *metrics.Metrics) {
+func watcherFor(t *testing.T, rc *rest.Config, o Options) (*Watcher, *Metrics) {
 	t.Helper()
 	rc.APIPath = "/api"
 	rc.ContentConfig = rest.ContentConfig{GroupVersion: &schema.GroupVersion{Version: "v1"},
@@ -87,7 +86,7 @@ func watcherFor(t *testing.T, rc *rest.Config, o Options) (*Watcher, *metrics.Me
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +126,7 @@ func TestRepeated410BacksOffInsteadOfHotLooping(t *testing.T) {
 	if n < 2 || n > 8 {
 		t.Fatalf("%d lists in 2s with 100ms doubling backoff, want 2..8", n)
 	}
-	if v := testutil.ToFloat64(m.Relists.WithLabelValues("s", metrics.ReasonExpired)); int32(v) != n-1 {
+	if v := testutil.ToFloat64(m.Relists.WithLabelValues("s", string(event.RelistExpired))); int32(v) != n-1 {
 		t.Errorf("relists{expired} = %v, want %d", v, n-1)
 	}
 	if _, ep := wt.Position(); ep != uint64(n) {
@@ -157,7 +156,7 @@ func TestSilentWatchIsAbortedByTheIdleTimer(t *testing.T) {
 	defer cancel()
 	_ = wt.Run(ctx, Start{ResourceVersion: "42"}, func(context.Context, *Item) error { return nil })
 
-	if v := testutil.ToFloat64(m.WatchRestarts.WithLabelValues("s", metrics.ReasonIdle)); v < 1 {
+	if v := testutil.ToFloat64(m.WatchRestarts.WithLabelValues("s", ReasonIdle)); v < 1 {
 		t.Fatalf("watch_restarts{idle} = %v, want >= 1", v)
 	}
 	if watches.Load() < 2 {

@@ -177,7 +177,7 @@ func (w *Watch) encode(c *event.Change, size int) (event.Message, error) {
 	obj := zap.String("object", c.Meta.Namespace+"/"+c.Meta.Name)
 	switch {
 	case err != nil:
-		w.o.Metrics.PublishErrors.WithLabelValues(w.o.Source.Name, "unencodable").Inc()
+		w.o.Metrics.Sink.PublishErrors.WithLabelValues(w.o.Source.Name, "unencodable").Inc()
 		w.log.Error("change cannot be published, not even without its data; the source stalls here (raise the NATS max payload)", obj,
 			zap.String("uid", c.Meta.UID), zap.String("resourceVersion", c.Meta.ResourceVersion), zap.Error(err))
 		return msg, fmt.Errorf("%w: %w", errUnencodable, err)

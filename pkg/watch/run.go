@@ -12,7 +12,6 @@ import (
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/source"
 )
 
@@ -96,7 +95,7 @@ func (w *Watch) attempt(ctx context.Context) (err error) {
 func (w *Watch) recovered(p any) error {
 	name := w.o.Source.Name
 	w.o.Metrics.SourcePanics.WithLabelValues(name).Inc()
-	w.o.Metrics.WatchRestarts.WithLabelValues(name, metrics.ReasonPanic).Inc()
+	w.o.Metrics.Source.WatchRestarts.WithLabelValues(name, ReasonPanic).Inc()
 	w.log.Error("panic in source (recovered)", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 	w.watcher = nil
 	w.ix.loaded = false
@@ -110,7 +109,7 @@ func (w *Watch) prepare(ctx context.Context) error {
 	if !w.resolved {
 		res, err := w.o.Resolve(src)
 		if err != nil {
-			w.o.Metrics.WatchRestarts.WithLabelValues(src.Name, metrics.ReasonResolve).Inc()
+			w.o.Metrics.Source.WatchRestarts.WithLabelValues(src.Name, ReasonResolve).Inc()
 			return fmt.Errorf("source %q: %w", src.Name, err)
 		}
 		w.resource, w.resolved = res, true
@@ -157,7 +156,7 @@ func (w *Watch) watcherOptions() source.Options {
 		Timeout: wc.Timeout.Duration(), IdleTimeout: wc.IdleTimeout.Duration(), MaxObjectBytes: int64(wc.MaxObjectBytes),
 		PageSize: int64(wc.PageSize),
 		Backoff:  w.o.Backoff(),
-		Logger:   w.o.Logger.Named("source"), Metrics: w.o.Metrics,
+		Logger:   w.o.Logger.Named("source"), Metrics: w.o.Metrics.Source,
 		OnState: w.setUp,
 		// Payload metadata and reference publish nothing else. With
 		// ignoreChanges the whole object is read all the same: a change

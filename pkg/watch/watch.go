@@ -34,7 +34,6 @@ import (
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
-	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
 )
@@ -92,7 +91,7 @@ type Options struct {
 	Namespace string // "" for all namespaces or a cluster-scoped kind
 	Config    *config.Config
 	Logger    *zap.Logger // the watch adds its source and namespace
-	Metrics   *metrics.Metrics
+	Metrics   *Metrics
 	// Shaping is the source's compiled drop/ignoreChanges paths (nil: none).
 	Shaping *event.Shaping
 	// FingerprintKey keys the fingerprints of ignoreChanges

@@ -26,7 +26,6 @@ import (
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
-	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
 )
@@ -172,7 +171,7 @@ type rig struct {
 	pos      fakePositions
 	bucket   *fakeBucket
 	stream   *fakeStream
-	m        *metrics.Metrics
+	m        *Metrics
 	mu       sync.Mutex
 	starts   []source.Start
 	watchers []*fakeWatcher // handed out in order; the last one again after
@@ -220,12 +219,8 @@ func newRigWith(t *testing.T, cfgYAML, srcName string, watchers ...*fakeWatcher)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &rig{pipe: &fakePipe{}, pos: fakePositions{}, bucket: &fakeBucket{gen: index.Generation{ID: "g1", LastSeq: 7}, objects: map[string][]index.Object{}},
-		stream: &fakeStream{}, m: m, watchers: watchers}
+		stream: &fakeStream{}, m: newMetrics(t), watchers: watchers}
 	for _, fw := range watchers {
 		fw.onStart = func(st source.Start) {
 			r.mu.Lock()
@@ -235,7 +230,7 @@ func newRigWith(t *testing.T, cfgYAML, srcName string, watchers ...*fakeWatcher)
 	}
 	next := 0
 	r.w = New(Options{
-		Source: src, Namespace: "ns", Config: cfg, Logger: zap.NewNop(), Metrics: m,
+		Source: src, Namespace: "ns", Config: cfg, Logger: zap.NewNop(), Metrics: r.m,
 		Shaping: shaping, MaxPayload: 1 << 20,
 		Backoff: func() wait.Backoff { return wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1 << 30} },
 		Pipe:    r.pipe, Positions: r.pos, Stream: r.stream,
@@ -348,12 +343,12 @@ func TestRelistIsComparedWithTheIndex(t *testing.T) {
 	fw := &fakeWatcher{}
 	r := newRig(t, "cms", fw)
 	fw.items = []source.Item{
-		{Kind: source.ItemSyncStarted, Epoch: 3, Sync: event.SyncEvent{Namespace: "ns", Epoch: 3, Reason: metrics.ReasonExpired}},
+		{Kind: source.ItemSyncStarted, Epoch: 3, Sync: event.SyncEvent{Namespace: "ns", Epoch: 3, Reason: event.RelistExpired}},
 		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginResync, Epoch: 3, Object: r.obj(t, "u-a", "a", "10", "x")},
 		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginResync, Epoch: 3, Object: r.obj(t, "u-b", "b", "15", "x")},
 		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginResync, Epoch: 3, Object: r.obj(t, "u-d", "d", "16", "x")},
 		{Kind: source.ItemSyncCompleted, Epoch: 3, ResourceVersion: "20",
-			Sync: event.SyncEvent{Completed: true, Namespace: "ns", Epoch: 3, Reason: metrics.ReasonExpired, ToResourceVersion: "20"}},
+			Sync: event.SyncEvent{Completed: true, Namespace: "ns", Epoch: 3, Reason: event.RelistExpired, ToResourceVersion: "20"}},
 	}
 	r.bucket.objects[pre] = []index.Object{
 		{UID: "u-a", Namespace: "ns", Name: "a", ResourceVersion: "10"},
@@ -566,7 +561,7 @@ func TestPanicIsRecoveredAndTheWatchResumesFromTheWatermark(t *testing.T) {
 	if got := testutil.ToFloat64(r.m.SourcePanics.WithLabelValues("cms")); got != 1 {
 		t.Errorf("relayd_source_panics_total = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(r.m.WatchRestarts.WithLabelValues("cms", metrics.ReasonPanic)); got != 1 {
+	if got := testutil.ToFloat64(r.m.Source.WatchRestarts.WithLabelValues("cms", ReasonPanic)); got != 1 {
 		t.Errorf("relayd_watch_restarts_total{reason=panic} = %v, want 1", got)
 	}
 	if want := (source.Start{ResourceVersion: "60", Epoch: 5, Snapshot: true}); r.starts[1] != want {
@@ -597,4 +592,24 @@ func TestErrorResolvesAgainWithoutReloadingTheIndex(t *testing.T) {
 	if resolves != 2 || r.bucket.loads != 1 {
 		t.Errorf("resolves %d, bucket loads %d: want 2 and 1", resolves, r.bucket.loads)
 	}
+}
+
+// newMetrics returns the watches' metrics, with the source's and the
+// sink's, registered on a fresh registry.
+func newMetrics(t *testing.T) *Metrics {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	src, err := source.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snk, err := sink.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMetrics(reg, src, snk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
