@@ -214,6 +214,13 @@ type running struct {
 // unless wantReady is false.
 func (f *fixture) start(rc *rest.Config, wantReady bool) *running {
 	f.t.Helper()
+	return f.startAs("", rc, wantReady)
+}
+
+// startAs is start as the replica named id in the sharding Leases ("": the
+// host name).
+func (f *fixture) startAs(id string, rc *rest.Config, wantReady bool) *running {
+	f.t.Helper()
 	if rc == nil {
 		rc = f.env.AdminConfig()
 	}
@@ -224,7 +231,7 @@ func (f *fixture) start(rc *rest.Config, wantReady bool) *running {
 	cfg := f.config() // here: its Fatalf must not run in the goroutine below
 	go func() {
 		r.done <- relay.Run(ctx, relay.Options{
-			Config: cfg, RestConfig: rc, Logger: log, Registry: r.reg,
+			Config: cfg, RestConfig: rc, Logger: log, Registry: r.reg, Identity: id,
 			MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
 			Ready:      func(_, h string) { addrs <- h },
 			IndexCheck: true, // every relist in every test is checked against a consistent LIST

@@ -234,6 +234,80 @@ sharding:
 	}
 }
 
+// TestShardingCheckpointLastWriteFollowsTheSource: the replica that hands a
+// source over loses its relayd_checkpoint_last_write_timestamp_seconds
+// series, so the source neither ages nor fires RelaydCheckpointStale where
+// it no longer runs; the replica that takes it over reports its writes, and
+// reports 0 (never written here) for the source it does not run.
+func TestShardingCheckpointLastWriteFollowsTheSource(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: s0
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+  - name: s1
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	f.cfgYAML += `
+sharding:
+  enabled: true
+  leaseDuration: 3s
+  renewDeadline: 2s
+  retryPeriod: 200ms
+`
+	leases := f.cs.CoordinationV1().Leases(f.ns)
+	for _, name := range []string{"relayd-s0", "relayd-s1"} {
+		if _, err := leases.Create(t.Context(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const lastWrite = "relayd_checkpoint_last_write_timestamp_seconds"
+	value := func(r *running, src string) float64 {
+		return metricValue(t, r.reg, lastWrite, map[string]string{"source": src})
+	}
+	a := f.startAs("a", nil, true)
+	f.createCM("first", nil, nil)
+	f.eventually(30*time.Second, "a runs both sources and wrote their positions", func() error {
+		for _, src := range []string{"s0", "s1"} {
+			if v := value(a, src); v <= 0 {
+				return fmt.Errorf("a: %s{%s} = %v", lastWrite, src, v)
+			}
+		}
+		return nil
+	})
+
+	b := f.startAs("b", nil, false)
+	var moved, kept string
+	f.eventually(30*time.Second, "one source each", func() error {
+		h := holders(t, f, "relayd-s0", "relayd-s1")
+		if h["relayd-s0"] == h["relayd-s1"] || h["relayd-s0"] == "" || h["relayd-s1"] == "" {
+			return fmt.Errorf("holders %v", h)
+		}
+		moved, kept = "s0", "s1"
+		if h["relayd-s1"] == "b" {
+			moved, kept = "s1", "s0"
+		}
+		return b.readyErr()
+	})
+	f.createCM("second", nil, nil)
+	f.eventually(30*time.Second, "the moved source's series gone from a, written on b", func() error {
+		if v := value(a, moved); v != -1 {
+			return fmt.Errorf("a still has %s{%s} = %v", lastWrite, moved, v)
+		}
+		if v := value(b, moved); v <= 0 {
+			return fmt.Errorf("b: %s{%s} = %v", lastWrite, moved, v)
+		}
+		return nil
+	})
+	if v := value(a, kept); v <= 0 {
+		t.Errorf("a: %s{%s} = %v, want its last write", lastWrite, kept, v)
+	}
+	if v := value(b, kept); v != 0 {
+		t.Errorf("b: %s{%s} = %v, want 0 (never run here)", lastWrite, kept, v)
+	}
+}
+
 func holders(t *testing.T, f *fixture, names ...string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
