@@ -226,6 +226,10 @@ type Change struct {
 	// the reference because of MaxPayload. Each path must be non-empty and
 	// must not contain ',' (canonical paths never do).
 	Dropped []string
+	// Author is who made the change (Object.Author): the extensions
+	// k8smanager, k8soperation and k8ssubresource. The zero Author adds
+	// none of them.
+	Author Author
 }
 
 // Message is one NATS message. Header has the type of nats.Header.
@@ -471,7 +475,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	// Fixed text is ~470 bytes; strings are counted twice (subject path,
 	// extensions), escapes are rare and only make append grow once.
 	n := 600 + len(data) + len(ev.id) + dropLen(c.Dropped) + 2*(len(m.Namespace)+len(m.Name)+len(r.Group)+len(r.Version)+len(r.Resource)) +
-		len(m.APIVersion) + len(m.Kind) + len(m.UID) + len(m.ResourceVersion) + len(e.jsonSrcType) + len(e.jsonCluster)
+		len(m.APIVersion) + len(m.Kind) + len(m.UID) + len(m.ResourceVersion) + len(e.jsonSrcType) + len(e.jsonCluster) + c.Author.jsonLen()
 	buf := e.newBody(n)
 	b := append(buf.b[:0], `{"specversion":"`+SpecVersion+`","id":`...)
 	b = appendJSONString(b, ev.id)
@@ -495,6 +499,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	b = appendJSONField(append(b, ','), "k8sname", m.Name)
 	b = appendJSONField(append(b, ','), "k8suid", m.UID)
 	b = appendJSONField(append(b, ','), "k8sresourceversion", m.ResourceVersion)
+	b = c.Author.appendJSON(b)
 	b = append(b, e.jsonRelaydSr...)
 	b = append(b, `,"relaydorigin":"`...)
 	b = append(b, c.Origin...)
@@ -596,6 +601,13 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, f 
 	hb.ce(HeaderPrefix+"k8sname", m.Name)
 	hb.ce(HeaderPrefix+"k8suid", m.UID)
 	hb.ce(HeaderPrefix+"k8sresourceversion", m.ResourceVersion)
+	if a := &c.Author; a.n > 0 {
+		hb.ce(HeaderPrefix+"k8smanager", string(a.appendPart(nil, authorManager)))
+		hb.ce(HeaderPrefix+"k8soperation", string(a.appendPart(nil, authorOperation)))
+		if a.has(authorSubresource) {
+			hb.ce(HeaderPrefix+"k8ssubresource", string(a.appendPart(nil, authorSubresource)))
+		}
+	}
 	hb.ce(HeaderPrefix+"relaydsource", e.opts.Source)
 	hb.ce(HeaderPrefix+"relaydorigin", string(c.Origin))
 	hb.ce(HeaderPrefix+"relaydepoch", strconv.FormatUint(c.Epoch, 10))

@@ -28,6 +28,15 @@ type Envelope struct {
 	K8sName            string `json:"k8sname"`
 	K8sUID             string `json:"k8suid"`
 	K8sResourceVersion string `json:"k8sresourceversion"`
+	// K8sManager, K8sOperation and K8sSubresource name who made the change
+	// (object events other than deletes; see Author): the field manager,
+	// Apply or Update, and the subresource ("" when none). When several
+	// managedFields entries share the newest time, each is a list joined
+	// by ',' (items percent-encode their own '%' and ','), item i of each
+	// list describing the same entry.
+	K8sManager     string `json:"k8smanager"`
+	K8sOperation   string `json:"k8soperation"`
+	K8sSubresource string `json:"k8ssubresource"`
 
 	RelaydSource   string `json:"relaydsource"`
 	RelaydOrigin   string `json:"relaydorigin"`
@@ -150,6 +159,12 @@ func (env *Envelope) setAttr(name, v string) error {
 		env.K8sUID = v
 	case "k8sresourceversion":
 		env.K8sResourceVersion = v
+	case "k8smanager":
+		env.K8sManager = v
+	case "k8soperation":
+		env.K8sOperation = v
+	case "k8ssubresource":
+		env.K8sSubresource = v
 	case "relaydsource":
 		env.RelaydSource = v
 	case "relaydorigin":

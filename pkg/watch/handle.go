@@ -127,10 +127,14 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		buf = payloadBufs.Get().(*[]byte)
 	}
 	data, dropped := it.Object.AppendShaped(payloadBuf(buf), event.PayloadMode(w.o.Source.Payload), w.o.Shaping)
-	msg, err := w.encode(&event.Change{
+	ch := event.Change{
 		Type: c.typ, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
 		Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.o.Source.Payload), Data: data, Dropped: dropped,
-	}, len(it.Object.Raw))
+	}
+	if c.typ != event.Deleted { // managedFields record the last write, not the delete
+		ch.Author = it.Object.Author()
+	}
+	msg, err := w.encode(&ch, len(it.Object.Raw))
 	if buf != nil && cap(data) <= maxKeptPayload { // the encoder copied it
 		*buf = data[:0]
 		payloadBufs.Put(buf)

@@ -1,0 +1,116 @@
+package event
+
+import (
+	"strings"
+	"testing"
+)
+
+// Which managedFields entries Author names, and how the extensions carry
+// them (docs/CONSUMING.md, "Who changed it").
+func TestAuthorNamesTheNewestEntries(t *testing.T) {
+	entry := func(manager, op, sub, time string) string {
+		s := `{"manager":"` + manager + `","operation":"` + op + `","apiVersion":"v1","fieldsType":"FieldsV1","fieldsV1":{"f:data":{".":{},"f:k":{}}}`
+		if sub != "" {
+			s += `,"subresource":"` + sub + `"`
+		}
+		if time != "" {
+			s += `,"time":"` + time + `"`
+		}
+		return s + "}"
+	}
+	obj := func(mf string) string {
+		m := `"name":"a","namespace":"ns","uid":"u","resourceVersion":"5"`
+		if mf != "" {
+			m += `,"managedFields":` + mf
+		}
+		return `{"apiVersion":"v1","kind":"ConfigMap","metadata":{` + m + `},"data":{"k":"v"}}`
+	}
+	for _, c := range []struct {
+		name, mf         string
+		manager, op, sub string
+	}{
+		{"no managedFields", "", "", "", ""},
+		{"null managedFields", "null", "", "", ""},
+		{"empty list", "[]", "", "", ""},
+		{"one entry", "[" + entry("kubectl-client-side-apply", "Update", "", "2026-11-26T10:00:00Z") + "]", "kubectl-client-side-apply", "Update", ""},
+		{"the newest of two", "[" + entry("kubectl", "Apply", "", "2026-11-26T10:00:00Z") + "," + entry("operator", "Update", "", "2026-11-26T10:00:07Z") + "]", "operator", "Update", ""},
+		{"the newest first in the list", "[" + entry("operator", "Update", "", "2026-11-26T10:00:07Z") + "," + entry("kubectl", "Apply", "", "2026-11-26T10:00:00Z") + "]", "operator", "Update", ""},
+		{"a status update", "[" + entry("kubectl", "Apply", "", "2026-11-26T10:00:00Z") + "," + entry("kubelet", "Update", "status", "2026-11-26T10:00:07Z") + "]", "kubelet", "Update", "status"},
+		{"two managers in the same second, item for item", "[" + entry("kubectl", "Apply", "", "2026-11-26T10:00:07Z") + "," + entry("old", "Update", "", "2026-11-26T09:00:00Z") + "," + entry("kubelet", "Update", "status", "2026-11-26T10:00:07Z") + "]",
+			"kubectl,kubelet", "Apply,Update", ",status"},
+		{"same second, no subresource: none", "[" + entry("a", "Apply", "", "2026-11-26T10:00:07Z") + "," + entry("b", "Update", "", "2026-11-26T10:00:07Z") + "]", "a,b", "Apply,Update", ""},
+		{"five in the same second (past the inline entries)", "[" + strings.Repeat(entry("m", "Update", "", "2026-11-26T10:00:07Z")+",", 4) + entry("n", "Update", "scale", "2026-11-26T10:00:07Z") + "]",
+			"m,m,m,m,n", "Update,Update,Update,Update,Update", ",,,,scale"},
+		{"an entry without a time is not named", "[" + entry("untimed", "Update", "", "") + "," + entry("timed", "Update", "", "2026-11-26T10:00:00Z") + "]", "timed", "Update", ""},
+		{"only entries without a time", "[" + entry("untimed", "Update", "", "") + "]", "", "", ""},
+		{"escaped name, alone: decoded", "[" + entry(`my\u002fmanager`, "Update", "", "2026-11-26T10:00:00Z") + "]", "my/manager", "Update", ""},
+		{"',' and '%' inside a list item: percent-encoded", "[" + entry(`a,b%`, "Update", "", "2026-11-26T10:00:00Z") + "," + entry(`c\u002cd`, "Apply", "", "2026-11-26T10:00:00Z") + "]", "a%2Cb%25,c%2Cd", "Update,Apply", ""},
+		{"',' in a single name: as it is", "[" + entry("a,b", "Update", "", "2026-11-26T10:00:00Z") + "]", "a,b", "Update", ""},
+		{"members of other types are ignored", `[{"manager":7,"operation":"Update","time":"2026-11-26T10:00:00Z"}]`, "", "Update", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o, err := ParseObject([]byte(obj(c.mf)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := o.Author()
+			if got := [3]string{a.Manager(), a.Operation(), a.Subresource()}; got != [3]string{c.manager, c.op, c.sub} {
+				t.Errorf("Author = %q, want %q", got, [3]string{c.manager, c.op, c.sub})
+			}
+			// Both content modes carry the same values.
+			for _, binary := range []bool{false, true} {
+				e := newTestEncoder(t, EncoderOptions{Cluster: "prod", Source: "cms", Binary: binary})
+				msg, err := e.Encode(&Change{Type: Modified, Origin: OriginWatch, Epoch: 1, Time: testTime, Resource: Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}, Meta: o.Meta,
+					Payload: PayloadFull, Data: o.AppendPayload(nil, PayloadFull, false), Author: a})
+				if err != nil {
+					t.Fatal(err)
+				}
+				env, err := DecodeMessage(msg.Header, msg.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := [3]string{env.K8sManager, env.K8sOperation, env.K8sSubresource}; got != [3]string{c.manager, c.op, c.sub} {
+					t.Errorf("binary %v: extensions %q, want %q", binary, got, [3]string{c.manager, c.op, c.sub})
+				}
+				if !binary && a.Len() == 0 && strings.Contains(string(msg.Data), "k8smanager") {
+					t.Errorf("an event naming nobody carries k8smanager: %s", msg.Data)
+				}
+				if !binary && c.sub == "" && strings.Contains(string(msg.Data), "k8ssubresource") {
+					t.Errorf("k8ssubresource present without a subresource: %s", msg.Data)
+				}
+			}
+		})
+	}
+}
+
+// Reading who changed a pod, and carrying it in a structured event, costs no
+// allocation.
+func TestAuthorAllocatesNothing(t *testing.T) {
+	raw := loadPod(t)
+	o, err := ParseObject(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := o.Author()
+	if a.Manager() != "kubelet" || a.Subresource() != "status" {
+		t.Fatalf("pod fixture: Author %q/%q, want kubelet/status", a.Manager(), a.Subresource())
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = o.Author() }); n != 0 {
+		t.Errorf("Author: %v allocations, want 0", n)
+	}
+	e := newTestEncoder(t, EncoderOptions{Cluster: "prod", Source: "pods"})
+	c := &Change{Type: Modified, Origin: OriginWatch, Epoch: 1, Time: testTime, Resource: podsResource, Meta: o.Meta,
+		Payload: PayloadFull, Data: o.AppendPayload(nil, PayloadFull, false)}
+	encode := func() {
+		m, err := e.Encode(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Release()
+	}
+	without := testing.AllocsPerRun(100, encode)
+	c.Author = a
+	if with := testing.AllocsPerRun(100, encode); with != without {
+		t.Errorf("Encode: %v allocations with the author, %v without", with, without)
+	}
+}
