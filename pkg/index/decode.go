@@ -5,9 +5,9 @@ import "bytes"
 // rawValue is a bucket entry's members as written in its JSON (see
 // parseCanonical); each slices the entry's bytes.
 type rawValue struct {
-	f                fields[[]byte]
-	fingerprint, kid []byte
-	v                uint64
+	f                          fields[[]byte]
+	fingerprint, kid, managers []byte
+	v                          uint64
 }
 
 // parseCanonical reads a bucket entry written exactly in the layout PutMsg
@@ -28,6 +28,7 @@ func parseCanonical(data []byte) (r rawValue, ok bool) {
 		p.lit(`,"resourceVersion":`) && p.str(&r.f.rv) &&
 		(!p.lit(`,"fingerprint":`) || p.str(&r.fingerprint)) &&
 		(!p.lit(`,"fingerprintKeyID":`) || p.str(&r.kid)) &&
+		(!p.lit(`,"managers":`) || p.str(&r.managers)) &&
 		(!p.lit(`,"v":`) || p.uint(&r.v)) &&
 		p.lit("}") && len(p.b) == 0
 	return r, ok

@@ -25,7 +25,9 @@ import (
 //     watch, of a uid that is not a key token (hashed), and the epoch key;
 //   - value-v1*.json and epoch.txt: values as this version writes them
 //     (format version 1: "v":1 last; the fingerprint when known, and the
-//     ID of its key when keyed: value-v1-keyed.json);
+//     ID of its key when keyed: value-v1-keyed.json; the managedFields
+//     digest when known: value-v1-managers.json, an optional member that
+//     relayds before it read through encoding/json and ignore);
 //   - value-v0-*.json: values as older relayds wrote them, frozen: without
 //     "v" and without (before the fingerprint existed) or with a
 //     fingerprint. -update never rewrites these.
@@ -66,6 +68,7 @@ var goldenValues = []goldenValue{
 	{"value-v1.json", goldenPods, Object{UID: "6f2c1d3e-9a4b-4c5d-8e7f-0a1b2c3d4e5f", Namespace: "shop", Name: "web-7d9f8-abcde", ResourceVersion: "48213", Fingerprint: 0x00c0ffee12345678}, true, ""},
 	{"value-v1-no-fingerprint.json", goldenPods, Object{UID: "7a3d2e4f-0b5c-4d6e-9f80-1b2c3d4e5f60", Namespace: "shop", Name: "web-7d9f8-fghij", ResourceVersion: "48214"}, true, ""},
 	{"value-v1-cluster-scoped.json", goldenNodes, Object{UID: "d41d8cd9-8f00-4b20-9e98-00998ecf8427", Name: "worker-1.eu.example", ResourceVersion: "777", Fingerprint: 0xfedcba9876543210}, true, ""},
+	{"value-v1-managers.json", goldenPods, Object{UID: "1e2f3a4b-5c6d-4e7f-8091-a2b3c4d5e6f7", Namespace: "shop", Name: "web-7d9f8-klmno", ResourceVersion: "48215", Fingerprint: 0x00c0ffee12345679, Managers: 0x0001a2b3c4d5e6f7}, true, ""},
 	{"value-v1-keyed.json", goldenSecrets, Object{UID: "0d1e2f30-4a5b-4c6d-8e9f-a0b1c2d3e4f5", Namespace: "shop", Name: "db-password", ResourceVersion: "48300", Fingerprint: 0x5e1f0a2b3c4d5e6f}, true, goldenKeyID},
 	// Written from the object index's first version until the fingerprint.
 	{"value-v0-before-fingerprint.json", goldenPods, Object{UID: "8b4e3f50-1c6d-4e7f-a091-2c3d4e5f6071", Namespace: "shop", Name: "db-0", ResourceVersion: "39999"}, false, ""},

@@ -33,6 +33,11 @@ type Object struct {
 	// fingerprint key). Two non-zero equal fingerprints mean the object did
 	// not change in any watched field.
 	Fingerprint uint64
+	// Managers identifies the managedFields entries of the published version
+	// (event.ManagersDigest): the next version's author is the entries that
+	// differ from them (docs/CONSUMING.md, "Who changed it"); 0 when not
+	// known.
+	Managers uint64
 }
 
 // Outcome is what a relisted object is, compared with the index.
@@ -59,11 +64,12 @@ func (o Outcome) String() string {
 // always is for objects created by a kube-apiserver), else a hash of it.
 type key [16]byte
 
-// entry is 32 bytes: the resourceVersion and the sync mark share a word so
+// entry is 40 bytes: the resourceVersion and the sync mark share a word so
 // that the fingerprint costs no memory over an index without it.
 type entry struct {
 	rvm  uint64 // numeric resourceVersion << markBits | sync mark; resourceVersion 0 means "see Index.rvs"
 	fp   uint64 // Object.Fingerprint
+	mf   uint64 // Object.Managers
 	name string // "namespace/name", or "name" for cluster-scoped objects
 }
 
@@ -224,7 +230,7 @@ func writeText[S text](b *strings.Builder, s S) {
 }
 
 func (x *Index) object(k key, e entry) Object {
-	o := Object{UID: x.uidOf(k), ResourceVersion: x.rvOf(k, e), Name: e.name, Fingerprint: e.fp}
+	o := Object{UID: x.uidOf(k), ResourceVersion: x.rvOf(k, e), Name: e.name, Fingerprint: e.fp, Managers: e.mf}
 	// Names and namespaces cannot contain '/' (they are path segments).
 	if i := strings.IndexByte(e.name, '/'); i >= 0 {
 		o.Namespace, o.Name = e.name[:i], e.name[i+1:]
@@ -239,12 +245,12 @@ func fieldsOf(o Object) fields[string] {
 	return fields[string]{o.UID, o.Namespace, o.Name, o.ResourceVersion}
 }
 
-func store[S text](x *Index, k key, isUUID bool, o fields[S], fp uint64, old entry, existed bool) {
+func store[S text](x *Index, k key, isUUID bool, o fields[S], fp, mf uint64, old entry, existed bool) {
 	e := old
 	if !existed || e.name == "" {
 		e.name = joinName(o.ns, o.name)
 	}
-	e.fp = fp
+	e.fp, e.mf = fp, mf
 	e.setRV(parseRV(o.rv))
 	if e.rv() == 0 {
 		if x.rvs == nil {
@@ -273,25 +279,32 @@ func (x *Index) Get(uid string) (Object, bool) {
 	return x.object(k, e), true
 }
 
+// Managers returns the Managers of the indexed object with uid (0 when not
+// indexed or not known), without allocating.
+func (x *Index) Managers(uid string) uint64 {
+	k, _ := keyOf(uid)
+	return x.m[k].mf
+}
+
 // Put records o as published (a watch ADDED or MODIFIED); it reports
 // whether that changed the index (false: this version was indexed already).
 func (x *Index) Put(o Object) bool {
-	return put(x, fieldsOf(o), o.Fingerprint)
+	return put(x, fieldsOf(o), o.Fingerprint, o.Managers)
 }
 
 // putLoaded is Put of an object read from the bucket, given as the bytes
 // of its entry's members: the index keeps copies, never the bytes.
-func (x *Index) putLoaded(o fields[[]byte], fp uint64) bool {
-	return put(x, o, fp)
+func (x *Index) putLoaded(o fields[[]byte], fp, mf uint64) bool {
+	return put(x, o, fp, mf)
 }
 
-func put[S text](x *Index, o fields[S], fp uint64) bool {
+func put[S text](x *Index, o fields[S], fp, mf uint64) bool {
 	k, isUUID := keyOf(o.uid)
 	e, ok := x.m[k]
-	if ok && sameRV(x, k, e, o.rv) && (fp == 0 || e.fp == fp) {
+	if ok && sameRV(x, k, e, o.rv) && (fp == 0 || e.fp == fp) && (mf == 0 || e.mf == mf) {
 		return false
 	}
-	store(x, k, isUUID, o, fp, e, ok)
+	store(x, k, isUUID, o, fp, mf, e, ok)
 	return true
 }
 
@@ -360,7 +373,7 @@ func (x *Index) Observe(o Object) Outcome {
 		out = Modified
 	}
 	e.setMark(x.mark)
-	store(x, k, isUUID, fieldsOf(o), o.Fingerprint, e, ok)
+	store(x, k, isUUID, fieldsOf(o), o.Fingerprint, o.Managers, e, ok)
 	return out
 }
 

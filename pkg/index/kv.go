@@ -269,6 +269,7 @@ type value struct {
 	ResourceVersion  string `json:"resourceVersion"`
 	Fingerprint      string `json:"fingerprint,omitempty"`
 	FingerprintKeyID string `json:"fingerprintKeyID,omitempty"`
+	Managers         string `json:"managers,omitempty"`
 	V                uint64 `json:"v"`
 }
 
@@ -277,6 +278,9 @@ func valueOf(o Object, keyID string) value {
 	if o.Fingerprint != 0 {
 		v.Fingerprint = fmt.Sprintf("%016x", o.Fingerprint)
 		v.FingerprintKeyID = keyID
+	}
+	if o.Managers != 0 {
+		v.Managers = fmt.Sprintf("%016x", o.Managers)
 	}
 	return v
 }
@@ -292,6 +296,13 @@ func (v value) object() (Object, error) {
 			return o, fmt.Errorf("fingerprint %q is not 16 hex digits", v.Fingerprint)
 		}
 		o.Fingerprint = fp
+	}
+	if v.Managers != "" {
+		mf, err := strconv.ParseUint(v.Managers, 16, 64)
+		if err != nil || len(v.Managers) != 16 {
+			return o, fmt.Errorf("managers %q is not 16 hex digits", v.Managers)
+		}
+		o.Managers = mf
 	}
 	return o, nil
 }

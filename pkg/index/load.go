@@ -173,16 +173,19 @@ func keyPrefix(k string) string {
 func (b *Bucket) loadEntry(e jetstream.KeyValueEntry, x *Index, l *Loaded, corrupt **CorruptError) {
 	if r, ok := parseCanonical(e.Value()); ok && r.v <= FormatVersion &&
 		len(r.f.uid) > 0 && len(r.f.name) > 0 && len(r.f.rv) > 0 {
-		var fp uint64
+		var fp, mf uint64
 		if ok = len(r.fingerprint) == 0; !ok {
 			fp, ok = parseHex64(r.fingerprint)
+		}
+		if len(r.managers) > 0 && ok {
+			mf, ok = parseHex64(r.managers)
 		}
 		if ok { // else decoded below, for its error
 			if fp != 0 && string(r.kid) != b.keyID {
 				fp = 0
 				l.OtherKey = append(l.OtherKey, string(r.f.uid))
 			}
-			x.putLoaded(r.f, fp)
+			x.putLoaded(r.f, fp, mf)
 			l.Objects++
 			return
 		}
