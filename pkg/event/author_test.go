@@ -95,8 +95,9 @@ func TestAuthorAllocatesNothing(t *testing.T) {
 	if a.Manager() != "kubelet" || a.Subresource() != "status" {
 		t.Fatalf("pod fixture: Author %q/%q, want kubelet/status", a.Manager(), a.Subresource())
 	}
-	if n := testing.AllocsPerRun(100, func() { _ = o.Author() }); n != 0 {
-		t.Errorf("Author: %v allocations, want 0", n)
+	_, d := o.AuthorSince(0)
+	if n := testing.AllocsPerRun(100, func() { _, _ = o.AuthorSince(d) }); n != 0 {
+		t.Errorf("AuthorSince: %v allocations, want 0", n)
 	}
 	e := newTestEncoder(t, EncoderOptions{Cluster: "prod", Source: "pods"})
 	c := &Change{Type: Modified, Origin: OriginWatch, Epoch: 1, Time: testTime, Resource: podsResource, Meta: o.Meta,
@@ -112,5 +113,72 @@ func TestAuthorAllocatesNothing(t *testing.T) {
 	c.Author = a
 	if with := testing.AllocsPerRun(100, encode); with != without {
 		t.Errorf("Encode: %v allocations with the author, %v without", with, without)
+	}
+}
+
+// With the previous version's digest, the author is the entries that
+// differ from it; without it, the newest second; the digest is not known
+// past maxDigestEntries entries.
+func TestAuthorSinceNamesTheEntriesThatDiffer(t *testing.T) {
+	entry := func(manager, sub, time, fields string) string {
+		s := `{"manager":"` + manager + `","operation":"Update","apiVersion":"apps/v1","time":"` + time + `","fieldsType":"FieldsV1","fieldsV1":{` + fields + `}`
+		if sub != "" {
+			s += `,"subresource":"` + sub + `"`
+		}
+		return s + "}"
+	}
+	untimed := `{"manager":"hpa","operation":"Update","apiVersion":"apps/v1","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:replicas":{}}},"subresource":"scale"}`
+	parse := func(entries ...string) *Object {
+		raw := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","uid":"u","resourceVersion":"9","managedFields":[` + strings.Join(entries, ",") + `]},"spec":{}}`
+		o, err := ParseObject([]byte(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &o
+	}
+	alice := entry("alice", "", "2026-11-26T10:00:00Z", `"f:spec":{"f:template":{}}`)
+	bob := entry("bob", "", "2026-11-26T10:00:00Z", `"f:metadata":{"f:labels":{}}`)
+	bob2 := entry("bob", "", "2026-11-26T10:00:00Z", `"f:metadata":{"f:labels":{},"f:annotations":{}}`)
+	carol := entry("carol", "status", "2026-11-26T09:59:59Z", `"f:status":{}`)
+	for _, c := range []struct {
+		name       string
+		prev, next *Object
+		want       [3]string
+	}{
+		{"first sight: the newest second", nil, parse(alice, bob, carol), [3]string{"alice,bob", "Update,Update", ""}},
+		{"an entry added", parse(alice), parse(alice, bob), [3]string{"bob", "Update", ""}},
+		{"an entry rewritten by its manager", parse(alice, bob), parse(alice, entry("bob", "", "2026-11-26T10:00:05Z", `"f:metadata":{"f:labels":{},"f:annotations":{}}`)), [3]string{"bob", "Update", ""}},
+		{"a manager writing twice within one second: nobody", parse(alice, bob), parse(alice, bob2), [3]string{}},
+		{"an older entry rewritten: named although not the newest", parse(entry("alice", "", "2026-11-26T10:00:09Z", ""), carol), parse(entry("alice", "", "2026-11-26T10:00:09Z", ""), entry("carol", "status", "2026-11-26T10:00:03Z", `"f:status":{"f:replicas":{}}`)), [3]string{"carol", "Update", "status"}},
+		{"a scale update: its entry has no time", parse(alice, bob), parse(alice, untimed, bob), [3]string{"hpa", "Update", "scale"}},
+		{"fields taken over: the entry that lost them is not named", parse(entry("alice", "", "2026-11-26T10:00:00Z", `"f:spec":{"f:replicas":{},"f:template":{}}`), bob), parse(entry("alice", "", "2026-11-26T10:00:00Z", `"f:spec":{"f:template":{}}`), untimed, bob), [3]string{"hpa", "Update", "scale"}},
+		{"a second scale by the same manager: nobody", parse(alice, untimed), parse(alice, untimed), [3]string{}},
+		{"managedFields unchanged: nobody", parse(alice, bob), parse(alice, bob), [3]string{}},
+		{"managedFields removed: nobody", parse(alice, bob), parse(), [3]string{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var prev uint64
+			if c.prev != nil {
+				var a Author
+				a, prev = c.prev.AuthorSince(0)
+				if prev == 0 && a.Len() > 0 {
+					t.Fatalf("no digest for %d entries", a.Len())
+				}
+			}
+			a, _ := c.next.AuthorSince(prev)
+			if got := [3]string{a.Manager(), a.Operation(), a.Subresource()}; got != c.want {
+				t.Errorf("author %q, want %q", got, c.want)
+			}
+		})
+	}
+	_, d := parse(alice, bob, carol, untimed).AuthorSince(0)
+	if d == 0 {
+		t.Errorf("no digest for %d entries", maxDigestEntries)
+	}
+	if _, d := parse(alice, bob, carol, untimed, entry("dave", "", "2026-11-26T10:00:00Z", "")).AuthorSince(0); d != 0 {
+		t.Errorf("digest %x for %d entries, want 0 (not known)", d, maxDigestEntries+1)
+	}
+	if a, _ := parse(alice, bob2).AuthorSince(0); a.Len() != 2 {
+		t.Errorf("not known (digest 0): %d entries named, want the newest second's 2", a.Len())
 	}
 }

@@ -96,6 +96,13 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	if w.fp != nil {
 		obj.Fingerprint = w.fp.Fingerprint(&it.Object)
 	}
+	// Who made the change: the managedFields entries that differ from the
+	// version the index holds (docs/CONSUMING.md, "Who changed it").
+	// managedFields record writes, not deletes: a delete names nobody.
+	var author event.Author
+	if it.Type != event.Deleted {
+		author, obj.Managers = it.Object.AuthorSince(w.ix.idx.Managers(meta.UID))
+	}
 	c := w.classify(it, obj)
 	switch {
 	case c.suppress:
@@ -131,9 +138,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		Type: c.typ, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
 		Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.o.Source.Payload), Data: data, Dropped: dropped,
 	}
-	if c.typ != event.Deleted { // managedFields record the last write, not the delete
-		ch.Author = it.Object.Author()
-	}
+	ch.Author = author
 	msg, err := w.encode(&ch, len(it.Object.Raw))
 	if buf != nil && cap(data) <= maxKeptPayload { // the encoder copied it
 		*buf = data[:0]
