@@ -64,7 +64,7 @@ func checkStreams(t *testing.T, js jetstream.JetStream, lanes []*lane) {
 			}
 		}
 		// Each kind of message the contract describes was checked.
-		for _, k := range []string{"added", "modified", "deleted", "sync.started", "sync.completed", "origin=initial", "origin=watch", "origin=resync", "relaydfinalunknown", "relayddropped"} {
+		for _, k := range []string{"added", "modified", "deleted", "sync.started", "sync.completed", "origin=initial", "origin=watch", "origin=resync", "relaydfinalunknown", "relayddropped", "k8smanager"} {
 			if seen[k] == 0 {
 				t.Errorf("%s: no %s message on the stream to check (%v)", l.mode, k, seen)
 			}
@@ -122,6 +122,7 @@ func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetst
 		"k8snamespace": env.K8sNamespace, "k8sname": env.K8sName, "k8suid": env.K8sUID, "k8sresourceversion": env.K8sResourceVersion,
 		"relaydsource": env.RelaydSource, "relaydorigin": env.RelaydOrigin, "relaydepoch": strconv.FormatUint(env.RelaydEpoch, 10),
 		"relaydpayload": env.RelaydPayload, "relayddropped": env.RelaydDropped,
+		"k8smanager": env.K8sManager, "k8soperation": env.K8sOperation, "k8ssubresource": env.K8sSubresource,
 	}
 	if env.RelaydOversize {
 		want["relaydoversize"] = "true"
@@ -197,6 +198,9 @@ func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetst
 	}
 	if env.RelaydDropped != "" {
 		kinds = append(kinds, "relayddropped")
+	}
+	if env.K8sManager != "" {
+		kinds = append(kinds, "k8smanager")
 	}
 	if env.RelaydUnencodable {
 		kinds = append(kinds, "relaydunencodable")

@@ -219,12 +219,121 @@ func (o *Object) AuthorSince(prev uint64) (Author, uint64) {
 	if i = skipWS(data, i); i >= len(data) || data[i] != '[' {
 		return Author{}, 0 // null, or not a list
 	}
-	changed, newest := Author{raw: o.Raw}, Author{raw: o.Raw}
-	digest := readEntries(data, i, prev, &changed, &newest)
-	if prev != 0 {
-		return changed, digest
+	sc := entryScan{data: data, prev: prev, changed: Author{raw: o.Raw}, newest: Author{raw: o.Raw}}
+	if !sc.recorded(o) {
+		sc.reset()
+		sc.slow(i)
 	}
-	return newest, digest
+	digest := sc.digest
+	if sc.n > maxDigestEntries {
+		digest = 0
+	}
+	if prev != 0 {
+		return sc.changed, digest
+	}
+	return sc.newest, digest
+}
+
+// entryScan reads the entries of a managedFields list: the entries not in
+// prev (changed), those of the newest second (newest), and the digest.
+type entryScan struct {
+	data            []byte
+	prev            uint64
+	changed, newest Author
+	latest          strSpan // the newest time so far
+	digest          uint64
+	n               int // entries read
+}
+
+func (sc *entryScan) reset() {
+	sc.changed.n, sc.changed.more = 0, sc.changed.more[:0]
+	sc.newest.n, sc.newest.more = 0, sc.newest.more[:0]
+	sc.latest, sc.digest, sc.n = strSpan{}, 0, 0
+}
+
+// add takes the entry data[start:end], whose fieldsV1 value is
+// data[fields[0]:fields[1]] ({0, 0}: none), with its strings e and time t.
+func (sc *entryScan) add(start, end int, fields [2]int, e authorEntry, t strSpan) {
+	h := entryHash(sc.data, start, end, fields)
+	if sc.n < maxDigestEntries {
+		sc.digest |= uint64(h) << (16 * sc.n)
+	}
+	sc.n++
+	if sc.prev != 0 && !digestHas(sc.prev, h) {
+		sc.changed.add(e)
+	}
+	if t.end > t.start {
+		switch c := compareSpans(sc.data, t, sc.latest); {
+		case c > 0:
+			sc.latest, sc.newest.n, sc.newest.more = t, 0, sc.newest.more[:0]
+			sc.newest.add(e)
+		case c == 0:
+			sc.newest.add(e)
+		}
+	}
+}
+
+// recorded reads the entries o's parse recorded (see skipManagedFields)
+// without walking their fieldsV1 again; false when it did not record them
+// all (more than maxMFEntries, or a Shaping walked the list).
+func (sc *entryScan) recorded(o *Object) bool {
+	if !o.mfOK || int(o.mfN) > maxMFEntries {
+		return false
+	}
+	for k := range int(o.mfN) {
+		r := &o.mf[k]
+		if r.start == r.end {
+			continue // not an object
+		}
+		var e authorEntry
+		var t strSpan
+		fields := [2]int{int(r.fv0), int(r.fv1)}
+		if _, err := entryMembers(sc.data, int(r.start), &e, &t, &fields); err != nil {
+			return false
+		}
+		sc.add(int(r.start), int(r.end), fields, e, t)
+	}
+	return true
+}
+
+// entryField is where the string member named k of an entry goes (nil: not
+// read).
+func entryField(e *authorEntry, t *strSpan, k []byte) *strSpan {
+	switch string(k) {
+	case "manager":
+		return &e.manager
+	case "operation":
+		return &e.operation
+	case "subresource":
+		return &e.subresource
+	case "time":
+		return t
+	}
+	return nil
+}
+
+// slow reads the list at data[i] == '[' member by member (validated by
+// ParseObject already: an error only stops the reading).
+func (sc *entryScan) slow(i int) {
+	data := sc.data
+	for i = skipWS(data, i+1); i < len(data) && data[i] != ']'; {
+		var end int
+		var err error
+		if data[i] == '{' {
+			var e authorEntry
+			var t strSpan
+			var fields [2]int // the fieldsV1 value; none: {0, 0}
+			if end, err = entryMembers(data, i, &e, &t, &fields); err != nil {
+				return
+			}
+			sc.add(i, end, fields, e, t)
+		} else if end, err = skipValue(data, i, 2); err != nil {
+			return
+		}
+		if i = skipWS(data, end); i < len(data) && data[i] == ',' {
+			i = skipWS(data, i+1)
+		}
+	}
 }
 
 // entryHash is the 16-bit hash of the managedFields entry data[start:end]
@@ -257,57 +366,6 @@ func digestHas(d uint64, h uint16) bool {
 	return false
 }
 
-// readEntries reads the managedFields list at data[i] == '[' (validated
-// by ParseObject already: an error only stops the reading) into changed
-// (the entries not in prev) and newest (the entries of the newest second),
-// and returns its digest.
-func readEntries(data []byte, i int, prev uint64, changed, newest *Author) uint64 {
-	var digest uint64
-	var latest strSpan
-	n := 0
-	for i = skipWS(data, i+1); i < len(data) && data[i] != ']'; {
-		var end int
-		var err error
-		if data[i] == '{' {
-			var e authorEntry
-			var t strSpan
-			var fields [2]int // the fieldsV1 value; none: {0, 0}
-			if end, err = entryMembers(data, i, &e, &t, &fields); err != nil {
-				break
-			}
-			h := entryHash(data, i, end, fields)
-			if h == 0 {
-				h = 1 // 0 is an empty slot
-			}
-			if n < maxDigestEntries {
-				digest |= uint64(h) << (16 * n)
-			}
-			n++
-			if prev != 0 && !digestHas(prev, h) {
-				changed.add(e)
-			}
-			if t.end > t.start {
-				switch c := compareSpans(data, t, latest); {
-				case c > 0:
-					latest, newest.n, newest.more = t, 0, newest.more[:0]
-					newest.add(e)
-				case c == 0:
-					newest.add(e)
-				}
-			}
-		} else if end, err = skipValue(data, i, 2); err != nil {
-			break
-		}
-		if i = skipWS(data, end); i < len(data) && data[i] == ',' {
-			i = skipWS(data, i+1)
-		}
-	}
-	if n > maxDigestEntries {
-		return 0
-	}
-	return digest
-}
-
 func (a *Author) add(e authorEntry) {
 	if a.n < inlineAuthors {
 		a.e[a.n] = e
@@ -336,7 +394,9 @@ func compareSpans(data []byte, a, b strSpan) int {
 
 // entryMembers reads the manager, operation, subresource and time strings
 // of the managedFields entry at data[i] == '{' and returns the offset just
-// past it. Members of other types are ignored.
+// past it. Members of other types are ignored. The span of the fieldsV1
+// value goes to *fields; when *fields is set already (recorded by the
+// parse), that value is jumped over instead of walked.
 func entryMembers(data []byte, i int, e *authorEntry, t *strSpan, fields *[2]int) (int, error) {
 	i = skipWS(data, i+1)
 	if i >= len(data) {
@@ -357,17 +417,7 @@ func entryMembers(data []byte, i int, e *authorEntry, t *strSpan, fields *[2]int
 		if i = skipWS(data, i); i >= len(data) {
 			return 0, errTruncated(data)
 		}
-		var sp *strSpan
-		switch string(k) {
-		case "manager":
-			sp = &e.manager
-		case "operation":
-			sp = &e.operation
-		case "subresource":
-			sp = &e.subresource
-		case "time":
-			sp = t
-		}
+		sp := entryField(e, t, k)
 		if sp != nil && data[i] == '"' {
 			end, flags, err := scanString(data, i)
 			if err != nil {
@@ -375,6 +425,8 @@ func entryMembers(data []byte, i int, e *authorEntry, t *strSpan, fields *[2]int
 			}
 			*sp = strSpan{start: i + 1, end: end - 1, flags: flags}
 			i = end
+		} else if fields[1] > 0 && i == fields[0] {
+			i = fields[1]
 		} else {
 			start := i
 			if i, err = skipValue(data, i, 3); err != nil {

@@ -1,6 +1,9 @@
 package event
 
 import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -95,7 +98,18 @@ func TestAuthorAllocatesNothing(t *testing.T) {
 	if a.Manager() != "kubelet" || a.Subresource() != "status" {
 		t.Fatalf("pod fixture: Author %q/%q, want kubelet/status", a.Manager(), a.Subresource())
 	}
+	frame := append(append([]byte(`{"type":"MODIFIED","object":`), raw...), '}')
+	_, fo, err := ParseWatchEvent(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := fo.Author(); b.Manager() != a.Manager() || b.Subresource() != a.Subresource() {
+		t.Errorf("from a watch frame: %q/%q, from the object: %q/%q", b.Manager(), b.Subresource(), a.Manager(), a.Subresource())
+	}
 	_, d := o.AuthorSince(0)
+	if _, fd := fo.AuthorSince(0); fd != d || d == 0 {
+		t.Errorf("digest from a watch frame %x, from the object %x", fd, d)
+	}
 	if n := testing.AllocsPerRun(100, func() { _, _ = o.AuthorSince(d) }); n != 0 {
 		t.Errorf("AuthorSince: %v allocations, want 0", n)
 	}
@@ -180,5 +194,119 @@ func TestAuthorSinceNamesTheEntriesThatDiffer(t *testing.T) {
 	}
 	if a, _ := parse(alice, bob2).AuthorSince(0); a.Len() != 2 {
 		t.Errorf("not known (digest 0): %d entries named, want the newest second's 2", a.Len())
+	}
+}
+
+// The entries the parse recorded read exactly as the member-by-member path
+// reads the list, in the apiserver's layout and others; every list of up
+// to maxMFEntries entries is read from the record.
+func TestAuthorFastPathEqualsSlowPath(t *testing.T) {
+	type entry struct {
+		Manager     string          `json:"manager,omitempty"`
+		Operation   string          `json:"operation,omitempty"`
+		APIVersion  string          `json:"apiVersion,omitempty"`
+		Time        *string         `json:"time,omitempty"`
+		FieldsType  string          `json:"fieldsType,omitempty"`
+		FieldsV1    json.RawMessage `json:"fieldsV1,omitempty"`
+		Subresource string          `json:"subresource,omitempty"`
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	var fields func(depth int) string
+	fields = func(depth int) string {
+		if depth > 3 || rng.IntN(3) == 0 {
+			return "{}"
+		}
+		var ms []string
+		for range rng.IntN(4) {
+			k := pick(`"f:spec"`, `"f:replicas"`, `"."`, `"k:{\"name\":\"app\"}"`, `"v:\"x,y\""`, `"i:0"`)
+			ms = append(ms, k+":"+fields(depth+1))
+		}
+		return "{" + strings.Join(ms, ",") + "}"
+	}
+	apiserver, other := 0, 0
+	for n := range 3000 {
+		es := []entry{}
+		for range rng.IntN(maxMFEntries + 3) {
+			e := entry{Manager: pick("kubectl", "kube-controller-manager", "a,b", "x%y", `q"t`, "é", "hpa"), Operation: pick("Apply", "Update"),
+				APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: json.RawMessage(fields(0))}
+			if rng.IntN(4) > 0 {
+				ts := pick("2026-11-26T10:00:00Z", "2026-11-26T10:00:01Z", "2026-11-26T09:59:59Z")
+				e.Time = &ts
+			}
+			if rng.IntN(3) == 0 {
+				e.Subresource = pick("status", "scale")
+			}
+			es = append(es, e)
+		}
+		mf, err := json.Marshal(es)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layout := "apiserver"
+		if n%5 == 4 && len(es) > 0 { // another member order, or spaces: the slow path's
+			type otherEntry struct { // time and fieldsType after fieldsV1
+				Manager     string          `json:"manager,omitempty"`
+				Operation   string          `json:"operation,omitempty"`
+				FieldsV1    json.RawMessage `json:"fieldsV1,omitempty"`
+				Time        *string         `json:"time,omitempty"`
+				FieldsType  string          `json:"fieldsType,omitempty"`
+				Subresource string          `json:"subresource,omitempty"`
+				APIVersion  string          `json:"apiVersion,omitempty"`
+			}
+			os := make([]otherEntry, len(es))
+			for k, e := range es {
+				os[k] = otherEntry{e.Manager, e.Operation, e.FieldsV1, e.Time, e.FieldsType, e.Subresource, e.APIVersion}
+			}
+			if mf, err = json.Marshal(os); err != nil {
+				t.Fatal(err)
+			}
+			if rng.IntN(2) == 0 {
+				mf = []byte(strings.ReplaceAll(string(mf), `,"`, `, "`))
+			}
+			layout = "other"
+		}
+		raw := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"w","uid":"u","resourceVersion":"1","managedFields":` + string(mf) + `}}`
+		o, err := ParseObject([]byte(raw))
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		m := &o.fix[fxManagedFields]
+		data := o.Raw[:m.val]
+		i := bytes.IndexByte(data[m.key:], '[') + m.key
+		var prev uint64
+		if rng.IntN(2) == 0 {
+			prev = uint64(rng.Uint32())<<16 | 1
+		}
+		fast := entryScan{data: data, prev: prev, changed: Author{raw: o.Raw}, newest: Author{raw: o.Raw}}
+		ok := fast.recorded(&o)
+		slow := entryScan{data: data, prev: prev, changed: Author{raw: o.Raw}, newest: Author{raw: o.Raw}}
+		slow.slow(i)
+		if layout == "apiserver" {
+			apiserver++
+		}
+		if ok != (len(es) <= maxMFEntries) {
+			t.Fatalf("%d entries: the recorded path took it: %v\n%s", len(es), ok, mf)
+		}
+		if !ok {
+			other++
+			continue
+		}
+		for _, c := range []struct {
+			name       string
+			fast, slow *Author
+		}{{"changed", &fast.changed, &slow.changed}, {"newest", &fast.newest, &slow.newest}} {
+			f := [3]string{c.fast.Manager(), c.fast.Operation(), c.fast.Subresource()}
+			s := [3]string{c.slow.Manager(), c.slow.Operation(), c.slow.Subresource()}
+			if f != s {
+				t.Fatalf("%s layout, %s: fast %q, slow %q\n%s", layout, c.name, f, s, mf)
+			}
+		}
+		if fast.digest != slow.digest || fast.n != slow.n {
+			t.Fatalf("%s layout: digest fast %x (%d entries), slow %x (%d)\n%s", layout, fast.digest, fast.n, slow.digest, slow.n, mf)
+		}
+	}
+	if apiserver < 2000 || other < 200 {
+		t.Errorf("%d lists in the apiserver's layout, %d lists past the recorded entries: too few to compare", apiserver, other)
 	}
 }

@@ -217,6 +217,16 @@ func BenchmarkHotPath(b *testing.B) {
 			}
 		})
 	}
+	// Who made the change: the managedFields entries compared with the
+	// previous version's digest (docs/CONSUMING.md, "Who changed it").
+	_, digest := o.AuthorSince(0)
+	b.Run("author", func(b *testing.B) {
+		b.SetBytes(int64(len(raw)))
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = o.AuthorSince(digest)
+		}
+	})
 	e := newTestEncoder(b, EncoderOptions{Cluster: "prod", Source: "pods", MaxPayload: 1 << 20})
 	c := &Change{Type: Modified, Origin: OriginWatch, Epoch: 1, Time: testTime, Resource: podsResource, Meta: o.Meta,
 		Payload: PayloadFull, Data: o.AppendPayload(nil, PayloadFull, false)}
@@ -225,6 +235,17 @@ func BenchmarkHotPath(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := e.Encode(c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	ca := *c
+	ca.Author, _ = o.AuthorSince(0)
+	b.Run("envelope+author", func(b *testing.B) {
+		b.SetBytes(int64(len(ca.Data)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := e.Encode(&ca); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -31,6 +31,12 @@ type Object struct {
 	// absent. A second member of the same name (a duplicate key) goes to
 	// recs.
 	fix [numFixed]member
+	// mf holds the first len(mf) metadata.managedFields entries, as the
+	// parse found them (Object.AuthorSince reads them without walking
+	// fieldsV1 again); mfN counts every element of the list.
+	mf   [maxMFEntries]mfEntry
+	mfN  int32
+	mfOK bool // the parse recorded the list (skipManagedFields)
 	// recs holds the other members selected by the Shaping's paths, in the
 	// order of their keys in Raw.
 	recs []member
@@ -249,6 +255,8 @@ func (w *walker) members(i, depth int, n *node, level int) (int, error) {
 				return 0, errors.New("metadata is not a JSON object")
 			}
 			i, err = w.object(i, depth+1, c, levelMeta)
+		case key == keyManagedFields && data[i] == '[' && (c == nil || c.all == nil):
+			i, err = skipManagedFields(data, i, depth+1, w.o)
 		case c != nil && c.kids != nil && data[i] == '{':
 			i, err = w.object(i, depth+1, c, levelNested)
 		case c != nil && c.all != nil && data[i] == '[':
@@ -513,6 +521,9 @@ func (o *Object) shift(d int) {
 	}
 	for k := range o.recs {
 		o.recs[k].shift(d)
+	}
+	for k := range min(int(o.mfN), maxMFEntries) {
+		o.mf[k].shift(d)
 	}
 }
 

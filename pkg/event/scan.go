@@ -421,3 +421,122 @@ func stringIsPlain(s []byte, flags uint8) bool {
 	}
 	return flags&strHigh == 0 || utf8.Valid(s)
 }
+
+// maxMFEntries is how many managedFields entries a parse records.
+const maxMFEntries = 6
+
+// mfEntry is one managedFields element in Raw: data[start:end], its
+// fieldsV1 value data[fv0:fv1] (0, 0: none); start == end: not an object.
+type mfEntry struct{ start, end, fv0, fv1 int32 }
+
+func (e *mfEntry) shift(d int) {
+	e.start += int32(d)
+	e.end += int32(d)
+	if e.fv1 > 0 {
+		e.fv0 += int32(d)
+		e.fv1 += int32(d)
+	}
+}
+
+// skipManagedFields is skipArray for the metadata.managedFields list at
+// data[i] == '[' (depth as skipArray's): it also records its first entries
+// in o.mf, with their fieldsV1 value, and counts them in o.mfN. It
+// validates exactly what skipArray does.
+func skipManagedFields(data []byte, i, depth int, o *Object) (int, error) {
+	if depth > maxDepth {
+		return 0, errDepth(i)
+	}
+	o.mfOK = true
+	i = skipWS(data, i+1)
+	if i >= len(data) {
+		return 0, errTruncated(data)
+	}
+	if data[i] == ']' {
+		return i + 1, nil
+	}
+	for {
+		var e mfEntry
+		start := i
+		var err error
+		if i >= len(data) {
+			return 0, errTruncated(data)
+		}
+		if data[i] == '{' {
+			i, err = skipEntry(data, i, depth+1, &e)
+		} else {
+			i, err = skipValue(data, i, depth)
+		}
+		if err != nil {
+			return 0, err
+		}
+		if data[start] == '{' {
+			e.start, e.end = int32(start), int32(i)
+		}
+		if int(o.mfN) < maxMFEntries {
+			o.mf[o.mfN] = e
+		}
+		o.mfN++
+		i = skipWS(data, i)
+		if i >= len(data) {
+			return 0, errTruncated(data)
+		}
+		switch data[i] {
+		case ',':
+			i = skipWS(data, i+1)
+		case ']':
+			return i + 1, nil
+		default:
+			return 0, errInvalid(data, i, "after array element")
+		}
+	}
+}
+
+// skipEntry is skipObject for one managedFields entry: it also records the
+// span of its fieldsV1 value in e.
+func skipEntry(data []byte, i, depth int, e *mfEntry) (int, error) {
+	if depth > maxDepth {
+		return 0, errDepth(i)
+	}
+	i = skipWS(data, i+1)
+	if i >= len(data) {
+		return 0, errTruncated(data)
+	}
+	if data[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if data[i] != '"' {
+			return 0, errInvalid(data, i, "looking for beginning of object key string")
+		}
+		end, _, err := scanString(data, i)
+		if err != nil {
+			return 0, err
+		}
+		fields := string(data[i+1:end-1]) == "fieldsV1"
+		if i, err = skipColon(data, end); err != nil {
+			return 0, err
+		}
+		v := i
+		if i, err = skipValue(data, i, depth); err != nil {
+			return 0, err
+		}
+		if fields {
+			e.fv0, e.fv1 = int32(v), int32(i)
+		}
+		i = skipWS(data, i)
+		if i >= len(data) {
+			return 0, errTruncated(data)
+		}
+		switch data[i] {
+		case ',':
+			i = skipWS(data, i+1)
+			if i >= len(data) {
+				return 0, errTruncated(data)
+			}
+		case '}':
+			return i + 1, nil
+		default:
+			return 0, errInvalid(data, i, "after object key:value pair")
+		}
+	}
+}
