@@ -47,6 +47,8 @@ const tailExamples = `
   relayd tail --server nats://127.0.0.1:4222 --subject 'k8s.>'
   relayd tail --server nats://127.0.0.1:4222 --stream K8S --count 20
   NATS_CONTEXT=prod relayd tail --subject 'k8s.prod.>'
+  relayd tail -c config.yaml --since 10m                # the last 10 minutes, then follow
+  relayd tail -c config.yaml --since 2026-11-26T10:00:00Z --until 2026-11-26T10:05:00Z
   relayd tail -c config.yaml --kind ConfigMap --namespace shop
   relayd tail -c config.yaml --replay -o json | jq -c 'select(.relaydorigin == "resync")'`
 
@@ -63,6 +65,8 @@ func tailCommand(args []string, stdout, stderr io.Writer, getenv func(string) st
 	fs.StringVar(&f.Subject, "subject", "k8s.>", "subject filter; with -c the default is the config's <prefix>.<cluster>.>")
 	fs.StringVar(&f.Stream, "stream", "", "replay this JetStream stream from its start, then follow (default: live only)")
 	fs.BoolVar(&f.Replay, "replay", false, "with -c: replay the config's stream (nats.stream.name) from its start, then follow")
+	fs.StringVar(&f.Since, "since", "", "replay from this time: a duration before now (10m) or an RFC 3339 time; the --stream, or the config's stream")
+	fs.StringVar(&f.Until, "until", "", "end the replay at this time (same forms as --since) instead of following new events")
 	count := fs.Int("count", 0, "exit after this many events (0: until interrupted)")
 	fs.StringVar(&f.Creds, "creds", "", "NATS .creds file; overrides $NATS_CREDS and the config's authentication")
 	fs.BoolVar(&f.AllowPlaintext, "allow-plaintext-credentials", false, "accept credentials on a connection that is not TLS (as nats.allowPlaintextCredentials)")

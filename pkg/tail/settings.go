@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,6 +32,12 @@ const (
 type Flags struct {
 	Config, Server, Subject, Stream, Creds string
 	Replay, AllowPlaintext                 bool
+	// Since and Until bound the replay by the time JetStream stored the
+	// messages: a duration before Now ("10m") or an RFC 3339 time; "" for
+	// none.
+	Since, Until string
+	// Now is what Since and Until count back from; time.Now() if zero.
+	Now time.Time
 	// Set holds the names of the flags given on the command line
 	// ("server", "creds", "subject", "stream", "allow-plaintext-credentials").
 	Set map[string]bool
@@ -41,6 +48,8 @@ type Settings struct {
 	NATS    *config.NATS // URL, TLS, authentication, JetStream domain, inbox prefix
 	Subject string
 	Stream  string
+	// Since and Until bound the replay of Stream (zero: unbounded).
+	Since, Until time.Time
 	// Notes are warnings about the settings, e.g. a NATS context's fields
 	// that tail does not read.
 	Notes []string
@@ -120,7 +129,58 @@ func Resolve(f *Flags, getenv func(string) string) (*Settings, error) {
 	if err := s.NATS.ValidateConnection(); err != nil {
 		return nil, &UsageError{err}
 	}
+	if err := s.window(f); err != nil {
+		return nil, &UsageError{err}
+	}
 	return s, nil
+}
+
+// window sets Since and Until from the flags. Either replays a stream: the
+// one --stream names, else the config's (-c), as --replay would.
+func (s *Settings) window(f *Flags) error {
+	if f.Since == "" && f.Until == "" {
+		return nil
+	}
+	now := f.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	var err error
+	if s.Since, err = parseWhen("--since", f.Since, now); err != nil {
+		return err
+	}
+	if s.Until, err = parseWhen("--until", f.Until, now); err != nil {
+		return err
+	}
+	if !s.Since.IsZero() && !s.Until.IsZero() && !s.Until.After(s.Since) {
+		return fmt.Errorf("--until %s is not after --since %s", s.Until.UTC().Format(time.RFC3339), s.Since.UTC().Format(time.RFC3339))
+	}
+	if s.Stream == "" {
+		if f.Config == "" {
+			return errors.New("--since and --until replay a stream: give --stream NAME, or -c config.yaml for the config's")
+		}
+		s.Stream = s.NATS.Stream.Name
+	}
+	return nil
+}
+
+// parseWhen reads the value v of flag: a positive duration before now, or
+// an RFC 3339 time; zero for "".
+func parseWhen(flag, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("%s %q: a duration counts back from now and must be positive", flag, v)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s %q: want a duration before now (10m, 1h30m) or an RFC 3339 time (2026-11-26T10:00:00Z)", flag, v)
+	}
+	return t, nil
 }
 
 // Warnings are what tail reports before it connects: the Notes, and
@@ -144,6 +204,7 @@ func (s *Settings) Options(o Options) (Options, error) {
 		return Options{}, err
 	}
 	o.URL, o.Subject, o.Stream, o.NATSOptions = strings.Join(s.NATS.URLs(), ","), s.Subject, s.Stream, opts
+	o.Since, o.Until = s.Since, s.Until
 	o.JetStream = func(nc *nats.Conn) (jetstream.JetStream, error) { return natsconn.JetStream(nc, s.NATS) }
 	return o, nil
 }

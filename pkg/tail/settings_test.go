@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -251,5 +252,40 @@ func TestMessagesNameWhatSetTheKey(t *testing.T) {
 	}
 	if got, want := s.Explain(&ConnectError{URL: s.NATS.URL, Err: nats.ErrNoServers}), "(is --server right and the server up?)"; !strings.HasSuffix(got, want) {
 		t.Errorf("no servers: %s\nwant …%s", got, want)
+	}
+}
+
+// --since and --until: a duration before now or an RFC 3339 time, Until
+// after Since, and a stream to replay (--stream, or the config's).
+func TestResolveTimeWindow(t *testing.T) {
+	cfg := writeConfig(t, `url: "nats://nats.example:4222"`)
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	s, err := Resolve(flags(Flags{Config: cfg, Since: "10m", Until: "2026-11-26T11:55:00Z", Now: now}, "config", "since", "until"), env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Since.Equal(now.Add(-10*time.Minute)) || !s.Until.Equal(now.Add(-5*time.Minute)) || s.Stream != "K8S" {
+		t.Errorf("since %v, until %v, stream %q; want 11:50, 11:55 and the config's stream K8S", s.Since, s.Until, s.Stream)
+	}
+	s, err = Resolve(flags(Flags{Stream: "OTHER", Since: "1h", Now: now}, "stream", "since"), env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Since.Equal(now.Add(-time.Hour)) || !s.Until.IsZero() || s.Stream != "OTHER" {
+		t.Errorf("since %v, until %v, stream %q", s.Since, s.Until, s.Stream)
+	}
+	var ue *UsageError
+	for _, c := range []struct {
+		f    Flags
+		want string
+	}{
+		{Flags{Since: "10m", Now: now}, "--since and --until replay a stream: give --stream NAME, or -c config.yaml for the config's"},
+		{Flags{Stream: "S", Since: "yesterday", Now: now}, `--since "yesterday": want a duration before now (10m, 1h30m) or an RFC 3339 time (2026-11-26T10:00:00Z)`},
+		{Flags{Stream: "S", Until: "-5m", Now: now}, `--until "-5m": a duration counts back from now and must be positive`},
+		{Flags{Stream: "S", Since: "5m", Until: "10m", Now: now}, "--until 2026-11-26T11:50:00Z is not after --since 2026-11-26T11:55:00Z"},
+	} {
+		if _, err := Resolve(flags(c.f, "stream"), env()); !errors.As(err, &ue) || err.Error() != c.want {
+			t.Errorf("%+v: %v\nwant the usage error %s", c.f, err, c.want)
+		}
 	}
 }

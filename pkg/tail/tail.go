@@ -46,6 +46,12 @@ type Options struct {
 	// ordered consumer) before following new ones; otherwise only events
 	// published from now on are shown (a plain subscription).
 	Stream string
+	// Since starts the replay of Stream at the first message JetStream
+	// stored at or after it (zero: the stream's first message). Until
+	// ends Run before the first message stored after it, or, once the
+	// clock has passed it, when nothing of the stream is left to read
+	// (zero: follow new messages until ctx ends).
+	Since, Until time.Time
 	// Count stops after this many events (0 = until ctx ends).
 	Count int
 	// Out receives one line per event. Required.
@@ -123,59 +129,41 @@ func Run(ctx context.Context, o Options) error {
 		return &ConnectError{URL: o.URL, Err: err}
 	}
 	defer nc.Close()
-	msgs := make(chan *nats.Msg, 1024)
-	if o.Stream != "" {
-		newJS := o.JetStream
-		if newJS == nil {
-			newJS = func(nc *nats.Conn) (jetstream.JetStream, error) { return jetstream.New(nc) }
+	msgs := make(chan delivered, 1024)
+	stop := make(chan struct{}) // closed when Run returns (first): no callback blocks on msgs then
+	push := func(d delivered) {
+		select {
+		case msgs <- d:
+		case <-stop:
 		}
-		js, err := newJS(nc)
-		if err != nil {
-			return fmt.Errorf("JetStream: %w", err)
-		}
-		cons, err := js.OrderedConsumer(ctx, o.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{o.Subject}})
-		if err != nil {
-			return fmt.Errorf("stream %s: %w", o.Stream, err)
-		}
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			msgs <- &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-		})
-		if err != nil {
-			return err
-		}
-		defer cc.Stop()
-	} else {
-		sub, err := nc.ChanSubscribe(o.Subject, msgs)
-		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", o.Subject, err)
-		}
-		defer func() { _ = sub.Unsubscribe() }()
-		if err := nc.Flush(); err != nil {
-			return err
-		}
+	}
+	cons, unsubscribe, err := subscribe(ctx, nc, o, push)
+	if err != nil {
+		return err
+	}
+	defer unsubscribe()
+	defer close(stop)
+	var untilPassed <-chan time.Time // ticks once the clock is past Until
+	if !o.Until.IsZero() && cons != nil {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		untilPassed = t.C
 	}
 	n := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case m := <-msgs:
-			env, err := event.DecodeMessage(m.Header, m.Data)
-			switch {
-			case err != nil:
-				// Shown whatever the filter: it cannot be applied.
-				fmt.Fprintln(o.Out, undecodable(m.Subject, err))
-			case !o.Filter.Match(&env):
+		case <-untilPassed:
+			if done, err := replayed(ctx, cons, o.Until, len(msgs)); done || err != nil {
+				return err
+			}
+		case d := <-msgs:
+			if !o.Until.IsZero() && d.stored.After(o.Until) {
+				return nil
+			}
+			if !o.print(d.Msg) {
 				continue
-			case o.JSON:
-				b, err := JSONLine(m.Header, m.Data)
-				if err != nil {
-					fmt.Fprintln(o.Out, undecodable(m.Subject, err))
-				} else {
-					fmt.Fprintf(o.Out, "%s\n", b)
-				}
-			default:
-				fmt.Fprintln(o.Out, format(&env))
 			}
 			n++
 			if o.Count > 0 && n >= o.Count {
@@ -183,6 +171,96 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 	}
+}
+
+// subscribe starts delivering o's messages to push: the replay of
+// o.Stream (an ordered consumer, from o.Since when set), or a plain
+// subscription to what is published from now on. unsubscribe stops it.
+func subscribe(ctx context.Context, nc *nats.Conn, o Options, push func(delivered)) (cons jetstream.Consumer, unsubscribe func(), err error) {
+	if o.Stream == "" {
+		sub, err := nc.Subscribe(o.Subject, func(m *nats.Msg) { push(delivered{Msg: m}) })
+		if err != nil {
+			return nil, nil, fmt.Errorf("subscribe %s: %w", o.Subject, err)
+		}
+		unsubscribe = func() { _ = sub.Unsubscribe() }
+		if err := nc.Flush(); err != nil {
+			unsubscribe()
+			return nil, nil, err
+		}
+		return nil, unsubscribe, nil
+	}
+	newJS := o.JetStream
+	if newJS == nil {
+		newJS = func(nc *nats.Conn) (jetstream.JetStream, error) { return jetstream.New(nc) }
+	}
+	js, err := newJS(nc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("JetStream: %w", err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{o.Subject}}
+	if !o.Since.IsZero() {
+		since := o.Since
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	if cons, err = js.OrderedConsumer(ctx, o.Stream, cfg); err != nil {
+		return nil, nil, fmt.Errorf("stream %s: %w", o.Stream, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		d := delivered{Msg: &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}}
+		if md, err := m.Metadata(); err == nil {
+			d.stored, d.pending = md.Timestamp, md.NumPending
+		}
+		push(d)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return cons, cc.Stop, nil
+}
+
+// print writes m to o.Out, as a line or as JSON, unless o.Filter leaves it
+// out (false). An undecodable message is shown whatever the filter: it
+// cannot be applied.
+func (o *Options) print(m *nats.Msg) bool {
+	env, err := event.DecodeMessage(m.Header, m.Data)
+	switch {
+	case err != nil:
+		fmt.Fprintln(o.Out, undecodable(m.Subject, err))
+	case !o.Filter.Match(&env):
+		return false
+	case o.JSON:
+		b, err := JSONLine(m.Header, m.Data)
+		if err != nil {
+			fmt.Fprintln(o.Out, undecodable(m.Subject, err))
+		} else {
+			fmt.Fprintf(o.Out, "%s\n", b)
+		}
+	default:
+		fmt.Fprintln(o.Out, format(&env))
+	}
+	return true
+}
+
+// delivered is a message and, from a stream, when JetStream stored it and
+// how many messages of the consumer were left after it.
+type delivered struct {
+	*nats.Msg
+	stored  time.Time
+	pending uint64
+}
+
+// replayed reports whether a replay bounded by until is over: the clock is
+// past until and cons has nothing left to deliver (queued: messages
+// received and not yet printed).
+func replayed(ctx context.Context, cons jetstream.Consumer, until time.Time, queued int) (bool, error) {
+	if time.Now().Before(until) || queued > 0 {
+		return false, nil
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("consumer info: %w", err)
+	}
+	return info.NumPending == 0, nil
 }
 
 // Format renders one message: time, type, kind, namespace/name,

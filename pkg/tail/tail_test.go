@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +144,91 @@ func TestRunJetStreamOptionAndConnectError(t *testing.T) {
 	if want := "nats://xxxxx@127.0.0.1:2"; ce.RedactedURL() != want || !strings.Contains(err.Error(), want) ||
 		strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "t0ken") {
 		t.Errorf("error %q, want the URLs as %s", err, want)
+	}
+}
+
+// Since and Until bound a replay by the time JetStream stored the messages:
+// Run starts at the first message stored at or after Since and returns by
+// itself before the first stored after Until.
+func TestRunReplaysATimeWindow(t *testing.T) {
+	n := testenv.NATST(t, testenv.NATSOptions{})
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "K8S", Subjects: []string{"k8s.dev.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := event.NewEncoder(event.EncoderOptions{Prefix: "k8s", Cluster: "dev", Source: "cms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
+	// Three batches, stored at least 50 ms apart: a, b, c.
+	var first [3]time.Time // when JetStream stored each batch's first message
+	for b, name := range []string{"a", "b", "c"} {
+		if b > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		for i := range 2 {
+			c := event.Change{Type: event.Modified, Origin: event.OriginWatch, Epoch: 1, Resource: res,
+				Meta: event.Meta{UID: name, Namespace: "ns", Name: name, ResourceVersion: fmt.Sprint(10*b + i + 1)}}
+			m, err := enc.Encode(&c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: m.Subject, Header: nats.Header(m.Header), Data: m.Data})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				raw, err := s.GetMsg(ctx, ack.Sequence)
+				if err != nil {
+					t.Fatal(err)
+				}
+				first[b] = raw.Time
+			}
+		}
+	}
+	rvs := func(out string) []string {
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if i := strings.Index(line, "rv="); i >= 0 {
+				got = append(got, strings.Fields(line[i:])[0])
+			}
+		}
+		return got
+	}
+	for _, c := range []struct {
+		name         string
+		since, until time.Time
+		count        int
+		want         []string
+	}{
+		{"since b, until just before c: b only, and Run returns by itself", first[1], first[2].Add(-time.Nanosecond), 0, []string{"rv=11", "rv=12"}},
+		{"since b, no until: b and c", first[1], time.Time{}, 4, []string{"rv=11", "rv=12", "rv=21", "rv=22"}},
+		{"until before b, no since: from the first message", time.Time{}, first[1].Add(-time.Nanosecond), 0, []string{"rv=1", "rv=2"}},
+		{"until in the future: returns when its time has come and nothing is left", first[2], time.Now().Add(1500 * time.Millisecond), 0, []string{"rv=21", "rv=22"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := Run(ctx, Options{URL: n.URL(), Subject: "k8s.dev.>", Stream: "K8S", Since: c.since, Until: c.until, Count: c.count, Out: &out}); err != nil {
+				t.Fatal(err)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("Run returned at the test's deadline, not by itself")
+			}
+			if got := rvs(out.String()); strings.Join(got, " ") != strings.Join(c.want, " ") {
+				t.Errorf("printed %v, want %v:\n%s", got, c.want, out.String())
+			}
+		})
 	}
 }
