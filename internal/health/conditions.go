@@ -94,3 +94,16 @@ func (c *Conditions) Wait(ctx context.Context, names ...string) error {
 		}
 	}
 }
+
+// Waiter waits until the conditions it names are met (Conditions.Wait).
+type Waiter struct {
+	c     *Conditions
+	names []string
+}
+
+// Waiter returns the Waiter of names.
+func (c *Conditions) Waiter(names ...string) Waiter { return Waiter{c: c, names: names} }
+
+// Wait blocks until every condition of the Waiter is met at once, or ctx
+// ends (its error).
+func (w Waiter) Wait(ctx context.Context) error { return w.c.Wait(ctx, w.names...) }

@@ -29,12 +29,12 @@ import (
 // so a slow catch-up does not outlive its consumer.
 const CatchUpConsumerInactive = 30 * time.Second
 
-// StreamReader reads the event stream for CatchUp.
+// CatchUpReader reads the event stream for CatchUp.
 //
 // The stream may be shared with other clusters' relayds and other
 // publishers (docs/GUARANTEES.md, "A shared stream"): a catch-up reads only
 // relayd's own subjects and applies only the messages relayd wrote.
-type StreamReader struct {
+type CatchUpReader struct {
 	JetStream jetstream.JetStream
 	Stream    string // the event stream's name
 	// Subject is relayd's own subjects, "<prefix>.<cluster>.>": the only
@@ -106,7 +106,7 @@ type CatchUpResult struct {
 // reported with an older resourceVersion than one already published. So,
 // before anything else, every message of the watch on the stream from
 // c.From on (read on relayd's own subjects, written by relayd itself: see
-// StreamReader) is applied to x, in stream order (per object that is publish
+// CatchUpReader) is applied to x, in stream order (per object that is publish
 // order); the objects whose entry ends up different from the bucket's are
 // returned as Fixes, once each (written message by message, an object seen
 // several times would be written back through its older versions).
@@ -119,7 +119,7 @@ type CatchUpResult struct {
 // holds it. The number of consumers and JetStream API requests at start
 // does not grow with the number of watches (docs/ARCHITECTURE.md,
 // "Start-up reads are shared").
-func (s *StreamReader) CatchUp(ctx context.Context, log *zap.Logger, x *Index, c CatchUpOf) (CatchUpResult, error) {
+func (s *CatchUpReader) CatchUp(ctx context.Context, log *zap.Logger, x *Index, c CatchUpOf) (CatchUpResult, error) {
 	s.init.Do(func() { s.reads.read = s.readShared })
 	return s.reads.do(ctx, catchUpCall{log: log, x: x, c: c})
 }
@@ -132,7 +132,7 @@ type catchUpCall struct {
 }
 
 // readShared is the shared read of the catch-ups qs.
-func (s *StreamReader) readShared(ctx context.Context, qs []catchUpCall) ([]CatchUpResult, error) {
+func (s *CatchUpReader) readShared(ctx context.Context, qs []catchUpCall) ([]CatchUpResult, error) {
 	stream, err := s.JetStream.Stream(ctx, s.Stream)
 	if err != nil {
 		return nil, err
@@ -189,7 +189,7 @@ func (s *StreamReader) readShared(ctx context.Context, qs []catchUpCall) ([]Catc
 
 // reportForeign counts and logs, once per source, the messages a shared
 // read found on relayd's subjects that relayd did not write.
-func (s *StreamReader) reportForeign(watches map[string][]*applier) {
+func (s *CatchUpReader) reportForeign(watches map[string][]*applier) {
 	first := map[string]*applier{} // per source, its watch that saw the most
 	for _, as := range watches {
 		for _, a := range as {

@@ -27,7 +27,7 @@ type startWorld struct {
 	js     jetstream.JetStream
 	nc     *nats.Conn
 	bucket *Bucket
-	stream *StreamReader
+	stream *CatchUpReader
 	n      int
 	from   []uint64 // per watch, the sequence of its event
 }
@@ -58,7 +58,7 @@ func newStartWorld(tb testing.TB, n int) *startWorld {
 	}
 	cms := event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
 	w := &startWorld{js: js, nc: nc, bucket: b, n: n, from: make([]uint64, n),
-		stream: &StreamReader{JetStream: js, Stream: "EVENTS", Subject: "k8s.c1.>", Cluster: "c1"}}
+		stream: &CatchUpReader{JetStream: js, Stream: "EVENTS", Subject: "k8s.c1.>", Cluster: "c1"}}
 	for i := range n {
 		ns := fmt.Sprintf("ns-%d", i)
 		m, err := enc.Encode(&event.Change{Type: event.Added, Origin: event.OriginWatch, Resource: cms,

@@ -1,8 +1,8 @@
 // Package relay wires relayd's data path and runs it:
 //
 //	config → source (one Watcher per source and namespace)
-//	       → watch (the per-watch engine: object index, suppression, gap deletes)
 //	       → event (payload shaping, CloudEvent, subject, Nats-Msg-Id)
+//	       → watch (the per-watch engine: object index, suppression, gap deletes)
 //	       → sink (JetStream pipeline per watch, acked watermark)
 //	       → checkpoint (ConfigMap, coalesced, never ahead of the watermark)
 //
@@ -21,7 +21,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,6 +45,7 @@ import (
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
 	"github.com/relayd/relayd/pkg/stream"
+	"github.com/relayd/relayd/pkg/watch"
 )
 
 // Options are Run's dependencies.
@@ -101,15 +101,18 @@ type relay struct {
 	httpc  *http.Client // the watches' and lists': at most source.DefaultOpening opening at once
 
 	mu     sync.Mutex
-	active map[string][]running // the watches of the sources this replica runs
-	events *index.StreamReader  // the event stream, for the index catch-up
+	active map[string][]*watch.Watch // the watches of the sources this replica runs
+	events *index.CatchUpReader      // the event stream, for the index catch-up
 
 	// ready is readiness, fed by the components (see newConditions); the
 	// watches wait on it for what they need.
-	ready  *health.Conditions
-	bucket atomic.Pointer[index.Bucket] // set once the index bucket is open
-	fpKey  *event.FingerprintKey        // nats.index.fingerprintKeyFile; nil: unkeyed fingerprints
-	failed chan error                   // a fatal error (IndexCheck); Run stops
+	ready *health.Conditions
+	// bucket is the open index bucket: set before bucketOpen is closed; the
+	// watches are built over it (newWatches).
+	bucket     *index.Bucket
+	bucketOpen chan struct{}
+	fpKey      *event.FingerprintKey // nats.index.fingerprintKeyFile; nil: unkeyed fingerprints
+	failed     chan error            // a fatal error (IndexCheck); Run stops
 }
 
 // The conditions of readiness, in the order /readyz reports them; each is
@@ -179,7 +182,7 @@ func newRelay(o Options) (*relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: register metrics: %w", err)
 	}
-	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]running{}, ready: newConditions()}
+	r := &relay{o: o, cfg: o.Config, log: o.Logger, m: m, failed: make(chan error, 1), active: map[string][]*watch.Watch{}, ready: newConditions(), bucketOpen: make(chan struct{})}
 	if r.fpKey, err = event.ReadFingerprintKey(r.cfg.NATS.Index.FingerprintKeyFile); err != nil {
 		return nil, fmt.Errorf("nats.index.fingerprintKeyFile: %w", err)
 	}
@@ -206,20 +209,21 @@ func newRelay(o Options) (*relay, error) {
 }
 
 // run starts relayd's components as one run group, in this order: the
-// stream check, the index bucket, the checkpoints (load, then periodic
-// writes), and the sources. Watches wait for the checkpoints, NATS and the
-// index bucket (see watchesMayRun). It runs until ctx ends or a fatal
-// error, then shuts down: sources first, the rest after them.
+// stream check, the checkpoints (load, then periodic writes), and the
+// sources (which open the index bucket first: startSources). Watches wait
+// for the checkpoints and NATS before each attempt (newWatches). It runs
+// until ctx ends or a fatal error, then shuts down: sources first, the
+// rest after them.
 func (r *relay) run(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	var g errgroup.Group
-	for _, run := range []func(context.Context){r.keepStream, r.openIndex, r.runCheckpoints} {
+	for _, run := range []func(context.Context){r.keepStream, r.runCheckpoints} {
 		g.Go(func() error { run(runCtx); return nil })
 	}
 	srcCtx, stopSources := context.WithCancel(runCtx)
 	var sources sync.WaitGroup
-	r.startSources(srcCtx, &sources)
+	sources.Go(func() { r.startSources(srcCtx, &sources) })
 	var fatal error
 	select {
 	case <-ctx.Done():
@@ -233,22 +237,36 @@ func (r *relay) run(ctx context.Context) error {
 }
 
 // startSources starts the sources this replica runs: with sharding, the
-// sharder, which starts those whose Lease it holds; without, all of them.
+// sharder, which starts those whose Lease it holds (each waits for the
+// index bucket: runShard); without, all of them, once it opened the index
+// bucket.
 func (r *relay) startSources(ctx context.Context, sources *sync.WaitGroup) {
-	if r.cfg.Sharding.Enabled {
+	sharded := r.cfg.Sharding.Enabled
+	if sharded {
 		for i := range r.cfg.Sources {
 			r.m.SourceLeader.WithLabelValues(r.cfg.Sources[i].Name).Set(0)
 		}
 		r.ready.Set(condSharding, "sharding not started: starting")
 		sources.Go(func() { r.runSharded(ctx) })
+	}
+	if r.bucket = r.openIndex(ctx); r.bucket == nil {
 		return
 	}
-	// Every source runs here (one replica). Watches are registered before
-	// they start, so readiness waits for all.
+	close(r.bucketOpen)
+	if !sharded {
+		r.startAll(ctx, sources)
+	}
+	r.ready.Set(condIndex, "")
+}
+
+// startAll starts every source (without sharding). Its watches are
+// registered before the index condition is met, so readiness waits for
+// all.
+func (r *relay) startAll(ctx context.Context, sources *sync.WaitGroup) {
 	for i := range r.cfg.Sources {
 		src := &r.cfg.Sources[i]
 		r.m.SourceLeader.WithLabelValues(src.Name).Set(1)
-		ws := r.newWatches(src)
+		ws := r.newWatches(src, r.bucket)
 		r.setActive(src.Name, ws)
 		sources.Go(func() {
 			r.runSource(ctx, ws)
@@ -293,7 +311,7 @@ func (r *relay) shutdown(stopSources context.CancelFunc, sources *sync.WaitGroup
 // relayd_checkpoint_last_write_timestamp_seconds follows the writes of
 // their checkpoint keys from then on (checkpoint.Store.Follow); a source
 // that stops running here loses its series.
-func (r *relay) setActive(source string, ws []running) {
+func (r *relay) setActive(source string, ws []*watch.Watch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ws == nil {
@@ -310,10 +328,10 @@ func (r *relay) setActive(source string, ws []running) {
 }
 
 // activeWatches lists the watches of every source this replica runs.
-func (r *relay) activeWatches() []running {
+func (r *relay) activeWatches() []*watch.Watch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []running
+	var out []*watch.Watch
 	for _, ws := range r.active {
 		out = append(out, ws...)
 	}
@@ -399,7 +417,7 @@ func (r *relay) connectJetStream() error {
 	if err != nil {
 		return err
 	}
-	r.events = &index.StreamReader{
+	r.events = &index.CatchUpReader{
 		JetStream: r.js, Stream: n.Stream.Name, Subject: r.cfg.StreamSubject(), Cluster: r.cfg.Cluster,
 		Foreign: r.m.Index.ForeignMessages, OnLastSeq: r.sink.SeedStreamSeq,
 	}
@@ -426,18 +444,16 @@ func (r *relay) keepStream(ctx context.Context) {
 }
 
 // openIndex opens (or creates) the index bucket, retrying until it
-// succeeds; until then, relayd is unready with the reason.
-func (r *relay) openIndex(ctx context.Context) {
+// succeeds (nil: ctx ended first); until then, relayd is unready with the
+// reason.
+func (r *relay) openIndex(ctx context.Context) *index.Bucket {
 	ix := r.cfg.NATS.Index
 	o := index.BucketOptions{Name: ix.Bucket, Create: ix.CreateBucket(), Replicas: ix.Replicas, Storage: jetstream.FileStorage,
 		FingerprintKeyID: r.fpKey.ID()}
 	if ix.Storage == config.StorageMemory {
 		o.Storage = jetstream.MemoryStorage
 	}
-	if b := index.OpenRetrying(ctx, r.js, o, r.log, func(err error) { r.ready.Set(condIndex, "index bucket not open: "+err.Error()) }); b != nil {
-		r.bucket.Store(b)
-		r.ready.Set(condIndex, "")
-	}
+	return index.OpenRetrying(ctx, r.js, o, r.log, func(err error) { r.ready.Set(condIndex, "index bucket not open: "+err.Error()) })
 }
 
 // runCheckpoints reads the checkpoint ConfigMap, retrying with backoff (a

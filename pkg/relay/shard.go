@@ -68,7 +68,12 @@ func (r *relay) runShard(ctx context.Context, name string) {
 	if !r.readCheckpoints(ctx, "cannot read the checkpoints of a source this replica took over; it waits", zap.String("source", name)) {
 		return
 	}
-	ws := r.newWatches(src)
+	select { // the watches are built over the open index bucket
+	case <-r.bucketOpen:
+	case <-ctx.Done():
+		return
+	}
+	ws := r.newWatches(src, r.bucket)
 	r.setActive(name, ws)
 	defer r.setActive(name, nil)
 	r.runSource(ctx, ws)

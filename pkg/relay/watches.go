@@ -3,19 +3,17 @@ package relay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 
+	"github.com/relayd/relayd/internal/indexcheck"
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/shard"
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
@@ -28,15 +26,10 @@ import (
 // stops on any difference. cmd/relayd maps it to Options.IndexCheck.
 const IndexCheckEnv = "RELAYD_INDEX_CHECK"
 
-// running is one watch this replica runs, with its pipeline.
-type running struct {
-	*watch.Watch
-	pipe *sink.Pipeline
-}
-
-// newWatches builds the watches of one source: one per namespace (or one
-// for all namespaces / a cluster-scoped kind), each with a new pipeline.
-func (r *relay) newWatches(src *config.Source) []running {
+// newWatches builds the watches of one source over the open index bucket
+// b: one per namespace (or one for all namespaces / a cluster-scoped kind),
+// each with a new pipeline.
+func (r *relay) newWatches(src *config.Source, b *index.Bucket) []*watch.Watch {
 	namespaces := src.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{""}
@@ -48,41 +41,36 @@ func (r *relay) newWatches(src *config.Source) []running {
 		r.log.Error("source shaping options do not compile; publishing without drop and ignoreChanges", zap.String("source", src.Name), zap.Error(err))
 		shaping = nil
 	}
-	ws, resolver := []running(nil), source.NewSharedResolver(r.disco) // one discovery request for all its watches
+	kube, self := source.Clients{Config: r.o.RestConfig, HTTP: r.httpc}, ownObjects{r.cfg}
+	var check watch.RelistHook // nil: none
+	if r.o.IndexCheck {
+		check = indexcheck.New(indexcheck.Options{Bucket: b, Clients: kube, Self: self, Fail: r.fail})
+	}
+	ws, resolver := []*watch.Watch(nil), source.NewSharedResolver(r.disco) // one discovery request for all its watches
 	for _, ns := range namespaces {
-		var w *watch.Watch
-		pipe := r.sink.NewPipeline(src.Name, func(a sink.Advance) { w.Advance(a) })
-		w = watch.New(watch.Options{
+		ws = append(ws, watch.New(watch.Options{
 			Source: src, Namespace: ns, Config: r.cfg, Logger: r.log, Metrics: r.m.Watch,
-			Shaping: shaping, FingerprintKey: r.fpKey, MaxPayload: int(r.nc.MaxPayload()), Backoff: r.relistBackoff,
-			Pipe: pipe, Positions: r.store, Stream: r.events,
-			Ready:      r.watchesMayRun,
-			Bucket:     func() watch.Bucket { return r.bucket.Load() },
-			Resolve:    resolver.Resolve,
-			NewWatcher: r.newWatcher,
-			IsSelf:     r.isSelf,
-			OnState:    func(bool) { r.sourceUp(src.Name) },
-			IndexCheck: r.o.IndexCheck, RestClient: r.restClient, Fail: r.fail,
-		})
-		ws = append(ws, running{w, pipe})
+			Shaping: shaping, FingerprintKey: r.fpKey, MaxPayload: int(r.nc.MaxPayload()), Backoff: r.relistBackoff(),
+			Pipelines: pipelines{r.sink}, Positions: r.store, Events: r.events, Bucket: b,
+			Ready: r.ready.Waiter(condCheckpoints, condNATS), Resolver: resolver, Watchers: watchers{kube}, Self: self,
+			State: r, AfterRelist: check,
+		}))
 	}
 	return ws
 }
 
-// watchesMayRun waits until the checkpoints are loaded, NATS is connected
-// and the index bucket is open.
-func (r *relay) watchesMayRun(ctx context.Context) error {
-	return r.ready.Wait(ctx, condCheckpoints, condNATS, condIndex)
+// pipelines opens the watches' pipelines on the sink (watch.Pipelines).
+type pipelines struct{ s *sink.Sink }
+
+func (p pipelines) NewPipe(source string, acked watch.Acked) watch.Pipe {
+	return p.s.NewPipeline(source, acked.Advance)
 }
 
-// newWatcher builds a source.Watcher with a REST client for o.Resource.
-func (r *relay) newWatcher(o source.Options) (watch.Watcher, error) {
-	client, err := r.restClient(o.Resource)
-	if err != nil {
-		return nil, fmt.Errorf("source %q: %w", o.Source, err)
-	}
-	o.Client = client
-	wt, err := source.New(o)
+// watchers builds the watches' source.Watchers (watch.Watchers).
+type watchers struct{ source.Clients }
+
+func (w watchers) NewWatcher(o source.Options) (watch.Watcher, error) {
+	wt, err := w.Clients.NewWatcher(o)
 	if err != nil {
 		return nil, err
 	}
@@ -99,10 +87,10 @@ func (r *relay) newWatcher(o source.Options) (watch.Watcher, error) {
 // source's Lease (shard.ErrLeaseLost), another replica may already run it:
 // nothing is drained or written, and unwritten progress is discarded, so
 // that the other replica's checkpoint cannot be moved back.
-func (r *relay) runSource(ctx context.Context, ws []running) {
+func (r *relay) runSource(ctx context.Context, ws []*watch.Watch) {
 	var wg sync.WaitGroup
 	for _, w := range ws {
-		wg.Go(func() { w.Run(ctx) })
+		wg.Go(func() { w.Supervise(ctx) })
 	}
 	wg.Wait()
 	name := ws[0].Source().Name
@@ -114,7 +102,7 @@ func (r *relay) runSource(ctx context.Context, ws []running) {
 			break
 		}
 		wg.Go(func() {
-			if err := w.pipe.Drain(drainCtx); err != nil {
+			if err := w.Pipe().Drain(drainCtx); err != nil {
 				r.log.Warn("drain incomplete", zap.String("source", name), zap.String("namespace", w.Namespace()), zap.Error(err),
 					zap.String("effect", "events not acknowledged were not checkpointed: whoever runs the source next replays them"))
 			} else {
@@ -125,7 +113,7 @@ func (r *relay) runSource(ctx context.Context, ws []running) {
 	wg.Wait()
 	keys := make([]string, 0, len(ws))
 	for _, w := range ws {
-		w.pipe.Close()
+		w.Pipe().Close()
 		w.Stopped()
 		keys = append(keys, w.Key())
 	}
@@ -148,25 +136,10 @@ func (r *relay) relistBackoff() wait.Backoff {
 	return wait.Backoff{Duration: b.Initial.Duration(), Factor: b.Factor, Jitter: b.JitterFraction(), Steps: 1 << 30, Cap: b.Max.Duration()}
 }
 
-func (r *relay) restClient(res event.Resource) (rest.Interface, error) {
-	cfg := rest.CopyConfig(r.o.RestConfig)
-	cfg.GroupVersion = &schema.GroupVersion{Group: res.Group, Version: res.Version}
-	cfg.APIPath = "/apis"
-	if res.Group == "" {
-		cfg.APIPath = "/api"
-	}
-	cfg.ContentType = "application/json"
-	cfg.AcceptContentTypes = "application/json"
-	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "relayd"
-	}
-	return rest.RESTClientForConfigAndClient(cfg, r.httpc)
-}
-
-// sourceUp sets relayd_source_up of a source: 1 when all its watches are up.
-func (r *relay) sourceUp(name string) {
-	all := 1.0
+// WatchState sets relayd_source_up of w's source (watch.StateObserver): 1
+// when all its watches are up.
+func (r *relay) WatchState(changed *watch.Watch, _ bool) {
+	name, all := changed.Source().Name, 1.0
 	for _, w := range r.activeWatches() {
 		if w.Source().Name == name && !w.Up() {
 			all = 0
@@ -175,19 +148,22 @@ func (r *relay) sourceUp(name string) {
 	r.m.SourceUp.WithLabelValues(name).Set(all)
 }
 
-// isSelf reports relayd's own objects: the checkpoint ConfigMap and, with
-// sharding, the source Leases (renewed every few seconds). relayd must not
-// feed on its own writes.
-func (r *relay) isSelf(res event.Resource, m *event.Meta) bool {
-	if m.Namespace != r.cfg.Checkpoint.Namespace {
+// ownObjects are relayd's own objects (watch.SelfFilter): the checkpoint
+// ConfigMap and, with sharding, the source Leases (renewed every few
+// seconds). relayd must not feed on its own writes.
+type ownObjects struct{ cfg *config.Config }
+
+func (o ownObjects) IsSelf(res event.Resource, m *event.Meta) bool {
+	cfg := o.cfg
+	if m.Namespace != cfg.Checkpoint.Namespace {
 		return false
 	}
 	switch {
 	case res.Group == "" && res.Resource == "configmaps":
-		return slices.Contains(checkpoint.ShardNames(r.cfg.Checkpoint.Name, r.cfg.CheckpointShards()), m.Name)
-	case r.cfg.Sharding.Enabled && res.Group == "coordination.k8s.io" && res.Resource == "leases":
-		for i := range r.cfg.Sources {
-			if m.Name == shard.LeaseName(r.cfg.Sharding.LeasePrefix, r.cfg.Sources[i].Name) {
+		return slices.Contains(checkpoint.ShardNames(cfg.Checkpoint.Name, cfg.CheckpointShards()), m.Name)
+	case cfg.Sharding.Enabled && res.Group == "coordination.k8s.io" && res.Resource == "leases":
+		for i := range cfg.Sources {
+			if m.Name == shard.LeaseName(cfg.Sharding.LeasePrefix, cfg.Sources[i].Name) {
 				return true
 			}
 		}

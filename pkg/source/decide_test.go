@@ -87,9 +87,9 @@ func TestClassify(t *testing.T) {
 		{"500", apierrors.NewInternalError(errors.New("etcd")), false, outcomeRetry, ReasonError},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, reason := classify(c.err, c.metadataOnly)
+			out, reason := outcomeOf(c.err, c.metadataOnly)
 			if out != c.want || reason != c.reason {
-				t.Errorf("classify(%v, metadataOnly %v) = %v, %q; want %v, %q", c.err, c.metadataOnly, out, reason, c.want, c.reason)
+				t.Errorf("outcomeOf(%v, metadataOnly %v) = %v, %q; want %v, %q", c.err, c.metadataOnly, out, reason, c.want, c.reason)
 			}
 		})
 	}

@@ -121,8 +121,9 @@ type Options struct {
 	Backoff       wait.Backoff  // between failed attempts; default 1s..5m, x2, jitter 0.5
 	Logger        *zap.Logger
 	Metrics       *Metrics
-	// OnState is told when the watch is established (true) or lost (false).
-	OnState func(up bool)
+	// OnEstablished is told when the watch is established (true) or lost
+	// (false).
+	OnEstablished func(up bool)
 	// MetadataOnly lists and watches PartialObjectMetadata instead of whole
 	// objects, for sources that publish nothing but metadata (payload
 	// metadata or reference): the rest of each object (a Pod's spec and
@@ -217,8 +218,8 @@ func New(o Options) (*Watcher, error) {
 	if o.Backoff.Duration == 0 {
 		o.Backoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 5 * time.Minute}
 	}
-	if o.OnState == nil {
-		o.OnState = func(bool) {}
+	if o.OnEstablished == nil {
+		o.OnEstablished = func(bool) {}
 	}
 	w := &Watcher{
 		o: o, log: o.Logger.WithLazy(zap.String("source", o.Source), zap.String("namespace", o.Namespace)),
@@ -242,7 +243,7 @@ func (w *Watcher) Position() (string, uint64) {
 // inside with backoff. The first call uses st; later calls resume.
 func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 	w.begin(st)
-	defer w.o.OnState(false)
+	defer w.o.OnEstablished(false)
 	w.failures = retry.NewFailures(w.log, "watch failed; retrying", retry.AtLevel(zapcore.WarnLevel))
 
 	backoff := w.o.Backoff
@@ -260,11 +261,11 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			}
 		}
 		t0 := time.Now()
-		err := w.attempt(ctx, h)
+		err := w.listAndWatch(ctx, h)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		out, reason := classify(err, w.metadataOnly())
+		out, reason := outcomeOf(err, w.metadataOnly())
 		switch out {
 		case outcomeHandler:
 			return err
@@ -290,7 +291,7 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			w.failures.Fail(err, zap.String("reason", reason))
 		}
 		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, reason).Inc()
-		w.o.OnState(false)
+		w.o.OnEstablished(false)
 		if !sleep(ctx, pause(&backoff, w.o.Backoff, reason, time.Since(t0))) {
 			return ctx.Err()
 		}
@@ -367,8 +368,9 @@ func (w *Watcher) fromCurrentRV(ctx context.Context, backoff *wait.Backoff) (ok 
 	return false, nil
 }
 
-// attempt makes one list (if due) and watch.
-func (w *Watcher) attempt(ctx context.Context, h Handler) error {
+// listAndWatch makes one list (if due) and watch: one attempt of Run's
+// request loop.
+func (w *Watcher) listAndWatch(ctx context.Context, h Handler) error {
 	switch w.next() {
 	case nextListPages:
 		if err := w.listPages(ctx, h); err != nil {
@@ -381,7 +383,7 @@ func (w *Watcher) attempt(ctx context.Context, h Handler) error {
 	return w.watch(ctx, h, false)
 }
 
-// outcome is what Run does after an attempt.
+// outcome is what Run does after a listAndWatch.
 type outcome int
 
 const (
@@ -394,11 +396,11 @@ const (
 	outcomePermanent                   // retrying cannot help (forbidden, not found): Run returns the error
 )
 
-// classify decides what follows an attempt that ended with err (nil: the
+// outcomeOf decides what follows a listAndWatch that ended with err (nil: the
 // server ended the watch), with reason, the watch restart reason counted
 // for it (none for outcomeNoStream, outcomeWholeObjects and
 // outcomeHandler). metadataOnly: requests asked for PartialObjectMetadata.
-func classify(err error, metadataOnly bool) (outcome, string) {
+func outcomeOf(err error, metadataOnly bool) (outcome, string) {
 	switch {
 	case err == nil:
 		return outcomeResume, ReasonTimeout
@@ -786,7 +788,7 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 		return watchStartErr(context.Cause(ctx), err, streamList)
 	}
 	defer body.Close()
-	w.o.OnState(true)
+	w.o.OnEstablished(true)
 	w.failures.OK()
 
 	frames := newFrameReader(body, int(w.o.MaxObjectBytes))

@@ -30,7 +30,7 @@ func (w *Watch) handle(ctx context.Context, it *source.Item) error {
 	case source.ItemObject:
 		return w.handleObject(ctx, it)
 	case source.ItemBookmark:
-		return w.o.Pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, Bookmark: true})
+		return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, Bookmark: true})
 	case source.ItemSyncStarted:
 		return w.syncStarted(ctx, it)
 	case source.ItemSyncCompleted:
@@ -48,10 +48,10 @@ type change struct {
 	indexed  bool       // the index changed: its bucket entry is written
 }
 
-// classify applies an object item to the index: live changes update it; a
+// applyToIndex applies an object item to the index: live changes update it; a
 // list item is compared with it (list frames are all ADDED; the index
 // tells what they are).
-func (w *Watch) classify(it *source.Item, obj index.Object) change {
+func (w *Watch) applyToIndex(it *source.Item, obj index.Object) change {
 	x := w.ix.idx
 	c := change{typ: it.Type, publish: true, indexed: true}
 	if it.Origin == event.OriginWatch {
@@ -88,7 +88,7 @@ func (w *Watch) classify(it *source.Item, obj index.Object) change {
 // handleObject handles an object change or a listed object.
 func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	meta := &it.Object.Meta
-	if w.o.IsSelf(w.resource, meta) {
+	if w.o.Self.IsSelf(w.resource, meta) {
 		// Not even a position move: see checkpoint's package doc.
 		return nil
 	}
@@ -103,13 +103,13 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	if it.Type != event.Deleted {
 		author, obj.Managers = it.Object.AuthorSince(w.ix.idx.Managers(meta.UID))
 	}
-	c := w.classify(it, obj)
+	c := w.applyToIndex(it, obj)
 	switch {
 	case c.suppress:
 		w.suppressed.Inc()
-		return w.o.Pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+		return w.pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 	case c.replay:
-		return w.o.Pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+		return w.pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 	case !c.publish:
 		return nil
 	}
@@ -119,15 +119,15 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	var ix *event.Message
 	if c.indexed {
 		if c.typ == event.Deleted {
-			ix = w.o.Bucket().DeleteMsg(w.ix.prefix, meta.UID)
+			ix = w.o.Bucket.DeleteMsg(w.ix.prefix, meta.UID)
 		} else {
-			ix = w.o.Bucket().PutMsg(w.ix.prefix, obj)
+			ix = w.o.Bucket.PutMsg(w.ix.prefix, obj)
 		}
 	}
 	e := sink.Entry{FollowUp: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch}
 	if !w.filter[c.typ] {
 		w.filtered.Inc()
-		return w.o.Pipe.Submit(ctx, e)
+		return w.pipe.Submit(ctx, e)
 	}
 	var buf *[]byte // binary mode: the payload is the event's body, not reusable
 	if !w.enc.Options().Binary {
@@ -149,7 +149,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	}
 	w.replayID(&msg)
 	e.Msg, e.ReadAt, e.Type, e.Origin = &msg, it.ReadAt, c.typ, it.Origin
-	return w.o.Pipe.Submit(ctx, e)
+	return w.pipe.Submit(ctx, e)
 }
 
 // payloadBufs are the buffers a structured event's payload is built in
@@ -258,17 +258,17 @@ func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
 	// between the two the other way round, the next relist would reuse this
 	// epoch, and JetStream would drop its markers as duplicates of this
 	// one's. A skipped epoch is harmless.
-	if err := w.o.Pipe.Submit(ctx, sink.Entry{FollowUp: w.o.Bucket().EpochMsg(w.ix.prefix, it.Epoch), ObjectKey: epochGate, Epoch: it.Epoch}); err != nil {
+	if err := w.pipe.Submit(ctx, sink.Entry{FollowUp: w.o.Bucket.EpochMsg(w.ix.prefix, it.Epoch), ObjectKey: epochGate, Epoch: it.Epoch}); err != nil {
 		return err
 	}
-	if err := w.o.Pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: epochGate, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
+	if err := w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: epochGate, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
 		return err
 	}
 	// The list's events are bracketed on the stream, not only in the order
 	// they are published: a publish that failed is retried after the ones
 	// behind it, so sync.started is acknowledged before the first listed
 	// object goes out (docs/CONSUMING.md, "No silent gap").
-	return w.o.Pipe.Drain(ctx)
+	return w.pipe.Drain(ctx)
 }
 
 // syncCompleted ends a list: the indexed objects it did not contain are
@@ -279,41 +279,39 @@ func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
 	}
 	// Every event of the list is stored before sync.completed is published
 	// (see syncStarted).
-	if err := w.o.Pipe.Drain(ctx); err != nil {
+	if err := w.pipe.Drain(ctx); err != nil {
 		return err
 	}
 	it.Sync.Counts = w.counts
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "completed").Inc()
 	msg := w.control(it.Sync)
-	if err := w.o.Pipe.Submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
+	if err := w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
 		return err
 	}
 	w.ix.relist = ""
 	w.log.Info("relist compared with the object index", zap.String("reason", string(it.Sync.Reason)), zap.Uint64("epoch", it.Epoch),
 		zap.Int64("added", w.counts.Added), zap.Int64("modified", w.counts.Modified), zap.Int64("deleted", w.counts.Deleted),
 		zap.Int64("unchanged", w.counts.Unchanged), zap.Int("indexed", w.ix.idx.Len()))
-	if w.o.IndexCheck {
-		if err := w.checkIndex(ctx, it.ResourceVersion); err != nil {
-			err = fmt.Errorf("index consistency check failed for %s: %w", w, err)
-			if w.o.Fail != nil {
-				w.o.Fail(err)
-			}
-			return err
-		}
+	if w.o.AfterRelist == nil {
+		return nil
 	}
-	return nil
+	return w.o.AfterRelist.AfterRelist(ctx, Relisted{
+		Watch: w.String(), Source: w.o.Source, Namespace: w.o.Namespace, Resource: w.resource, Shaping: w.o.Shaping,
+		ResourceVersion: it.ResourceVersion, Index: w.ix.idx, IndexPrefix: w.ix.prefix, Fingerprinter: w.fp,
+		Pipe: w.pipe, Log: w.log,
+	})
 }
 
 // syncDeleted publishes a delete (origin resync, final state unknown) for
 // every indexed object the relist did not contain.
 func (w *Watch) syncDeleted(ctx context.Context, epoch uint64, readAt time.Time) error {
-	b := w.o.Bucket()
+	b := w.o.Bucket
 	_, err := w.ix.idx.EndSync(func(o index.Object) error {
 		w.counts.Deleted++
 		e := sink.Entry{FollowUp: b.DeleteMsg(w.ix.prefix, o.UID), ObjectKey: o.UID, Epoch: epoch}
 		if !w.filter[event.Deleted] {
 			w.filtered.Inc()
-			return w.o.Pipe.Submit(ctx, e)
+			return w.pipe.Submit(ctx, e)
 		}
 		msg, err := w.encode(&event.Change{
 			Type: event.Deleted, Origin: event.OriginResync, Epoch: epoch, Time: readAt.UTC(),
@@ -325,7 +323,7 @@ func (w *Watch) syncDeleted(ctx context.Context, epoch uint64, readAt time.Time)
 		}
 		w.replayID(&msg)
 		e.Msg, e.ReadAt, e.Type, e.Origin = &msg, readAt, event.Deleted, event.OriginResync
-		return w.o.Pipe.Submit(ctx, e)
+		return w.pipe.Submit(ctx, e)
 	})
 	w.setTracked(w.ix.idx.Len())
 	return err

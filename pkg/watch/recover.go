@@ -18,12 +18,12 @@ import (
 // recoverIndex), and returns the reason of the list the watch must start
 // with ("" for none).
 func (w *Watch) loadIndex(ctx context.Context) (relist event.RelistReason, err error) {
-	b := w.o.Bucket()
+	b := w.o.Bucket
 	if w.ix.idx != nil {
 		// A reload after a recovered panic: the handler may have stopped
 		// between indexing a change and submitting it. Wait until every
 		// submitted write is acked; then the bucket is the truth.
-		if err := w.o.Pipe.Drain(ctx); err != nil {
+		if err := w.pipe.Drain(ctx); err != nil {
 			return "", err
 		}
 	}
@@ -38,7 +38,7 @@ func (w *Watch) loadIndex(ctx context.Context) (relist event.RelistReason, err e
 	if errors.As(err, &corrupt) {
 		w.log.Error("the index has entries that cannot be read; they are removed and the source relists", zap.Strings("keys", corrupt.Keys), zap.Error(err))
 		for _, k := range corrupt.Keys {
-			if err := w.o.Pipe.Submit(ctx, sink.Entry{FollowUp: b.DeleteKeyMsg(k)}); err != nil {
+			if err := w.pipe.Submit(ctx, sink.Entry{FollowUp: b.DeleteKeyMsg(k)}); err != nil {
 				return "", err
 			}
 		}
@@ -77,13 +77,13 @@ func (w *Watch) dropOtherKeyFingerprints(ctx context.Context, x *index.Index, ui
 	if len(uids) == 0 {
 		return nil
 	}
-	b := w.o.Bucket()
+	b := w.o.Bucket
 	for _, uid := range uids {
 		o, ok := x.Get(uid)
 		if !ok {
 			continue
 		}
-		if err := w.o.Pipe.Submit(ctx, sink.Entry{FollowUp: b.PutMsg(w.ix.prefix, o), ObjectKey: uid}); err != nil {
+		if err := w.pipe.Submit(ctx, sink.Entry{FollowUp: b.PutMsg(w.ix.prefix, o), ObjectKey: uid}); err != nil {
 			return err
 		}
 	}
@@ -109,7 +109,7 @@ func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (event.Reli
 	// give the next relist's sync markers the crashed run's Nats-Msg-Ids,
 	// and JetStream would drop them as duplicates: a gap without markers.
 	var err error
-	if w.ix.epochFloor, err = w.o.Bucket().Epoch(ctx, w.ix.prefix); err != nil {
+	if w.ix.epochFloor, err = w.o.Bucket.Epoch(ctx, w.ix.prefix); err != nil {
 		return "", err
 	}
 	in.Listed = w.ix.epochFloor > 0
@@ -137,12 +137,12 @@ func planFields(gen index.Generation, pos checkpoint.Position) []zap.Field {
 }
 
 // catchUp applies the event stream from sequence from on to the index
-// (index.StreamReader.CatchUp; 0: nothing to read) and submits the bucket
+// (index.CatchUpReader.CatchUp; 0: nothing to read) and submits the bucket
 // entries it corrected. With legacy (a resume from the checkpoint), it
 // keeps the ids the replay must publish with an older relayd's Nats-Msg-Id.
 func (w *Watch) catchUp(ctx context.Context, from uint64, legacy bool) error {
 	w.ix.fences = nil
-	res, err := w.o.Stream.CatchUp(ctx, w.log, w.ix.idx, index.CatchUpOf{Source: w.o.Source.Name, Namespace: w.o.Namespace, From: from, Legacy: legacy})
+	res, err := w.o.Events.CatchUp(ctx, w.log, w.ix.idx, index.CatchUpOf{Source: w.o.Source.Name, Namespace: w.o.Namespace, From: from, Legacy: legacy})
 	if err != nil || from == 0 || from > res.To {
 		return err
 	}
@@ -151,7 +151,7 @@ func (w *Watch) catchUp(ctx context.Context, from uint64, legacy bool) error {
 		w.log.Info("changes after the checkpoint were stored by an older relayd; their replays keep its Nats-Msg-Ids",
 			zap.Int("changes", len(res.Legacy)))
 	}
-	b := w.o.Bucket()
+	b := w.o.Bucket
 	for _, f := range res.Fixes {
 		var msg *event.Message
 		if f.Deleted {
@@ -159,7 +159,7 @@ func (w *Watch) catchUp(ctx context.Context, from uint64, legacy bool) error {
 		} else {
 			msg = b.PutMsg(w.ix.prefix, f.Object)
 		}
-		if err := w.o.Pipe.Submit(ctx, sink.Entry{FollowUp: msg, ObjectKey: f.UID}); err != nil {
+		if err := w.pipe.Submit(ctx, sink.Entry{FollowUp: msg, ObjectKey: f.UID}); err != nil {
 			return err
 		}
 	}

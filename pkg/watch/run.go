@@ -19,15 +19,16 @@ import (
 // to start over.
 const backoffReset = 5 * time.Minute
 
-// Run runs the watch until ctx ends: it restarts it with backoff after any
-// error and recovers panics, so one bad source never stops the others.
+// Supervise runs the watch until ctx ends: it restarts it with backoff
+// after any error and recovers panics, so one bad source never stops the
+// others.
 // Restarts are logged when they start, summarised while they repeat, and
 // when the watch is up again (retry.Failures).
-func (w *Watch) Run(ctx context.Context) {
-	backoff := w.o.Backoff()
+func (w *Watch) Supervise(ctx context.Context) {
+	backoff := w.o.Backoff
 	for {
 		t0 := time.Now()
-		err := w.attempt(ctx)
+		err := w.runOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -36,7 +37,7 @@ func (w *Watch) Run(ctx context.Context) {
 			w.lastErr.Store(err.Error())
 		}
 		if time.Since(t0) > backoffReset {
-			backoff = w.o.Backoff()
+			backoff = w.o.Backoff
 		}
 		d := backoff.Step()
 		w.restarts.Fail(err, zap.Duration("in", d))
@@ -48,17 +49,17 @@ func (w *Watch) Run(ctx context.Context) {
 
 var errPanic = errors.New("panic")
 
-// attempt runs the watch once: it waits until it can run, prepares what a
-// previous attempt did not leave (resource, encoder, watcher, index), and
-// runs the watcher from the start position. A panic is recovered and
-// returned as an error.
-func (w *Watch) attempt(ctx context.Context) (err error) {
+// runOnce is one attempt of the watch: it waits until it can run, prepares
+// what a previous attempt did not leave (resource, encoder, watcher,
+// index), and runs the watcher from the start position. A panic is
+// recovered and returned as an error.
+func (w *Watch) runOnce(ctx context.Context) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = w.recovered(p)
 		}
 	}()
-	if err := w.o.Ready(ctx); err != nil {
+	if err := w.o.Ready.Wait(ctx); err != nil {
 		return err
 	}
 	if err := w.prepare(ctx); err != nil {
@@ -107,7 +108,7 @@ func (w *Watch) recovered(p any) error {
 func (w *Watch) prepare(ctx context.Context) error {
 	src := w.o.Source
 	if !w.resolved {
-		res, err := w.o.Resolve(src)
+		res, err := w.o.Resolver.Resolve(src)
 		if err != nil {
 			w.o.Metrics.Source.WatchRestarts.WithLabelValues(src.Name, ReasonResolve).Inc()
 			return fmt.Errorf("source %q: %w", src.Name, err)
@@ -127,7 +128,7 @@ func (w *Watch) prepare(ctx context.Context) error {
 		w.enc = enc
 	}
 	if w.watcher == nil {
-		wt, err := w.o.NewWatcher(w.watcherOptions())
+		wt, err := w.o.Watchers.NewWatcher(w.watcherOptions())
 		if err != nil {
 			return err
 		}
@@ -155,9 +156,9 @@ func (w *Watch) watcherOptions() source.Options {
 		LabelSelector: src.LabelSelector, FieldSelector: src.FieldSelector,
 		Timeout: wc.Timeout.Duration(), IdleTimeout: wc.IdleTimeout.Duration(), MaxObjectBytes: int64(wc.MaxObjectBytes),
 		PageSize: int64(wc.PageSize),
-		Backoff:  w.o.Backoff(),
+		Backoff:  w.o.Backoff,
 		Logger:   w.o.Logger.Named("source"), Metrics: w.o.Metrics.Source,
-		OnState: w.setUp,
+		OnEstablished: w.setUp,
 		// Payload metadata and reference publish nothing else. With
 		// ignoreChanges the whole object is read all the same: a change
 		// anywhere outside the ignored paths (a ConfigMap's data, say)
@@ -174,7 +175,7 @@ func (w *Watch) watcherOptions() source.Options {
 // one recorded in the bucket.
 func (w *Watch) start() source.Start {
 	st := source.Start{Snapshot: w.o.Source.Initial != config.InitialNone, Relist: w.ix.relist}
-	if rv, ep := w.o.Pipe.Watermark(); rv != "" {
+	if rv, ep := w.pipe.Watermark(); rv != "" {
 		st.ResourceVersion, st.Epoch = rv, ep
 	} else if pos, ok := w.o.Positions.Get(w.key); ok {
 		st.ResourceVersion, st.Epoch = pos.ResourceVersion, max(pos.Epoch, w.ix.epochFloor)

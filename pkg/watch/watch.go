@@ -3,9 +3,12 @@
 // submitted to its sink pipeline. It owns the per-watch engine of
 // docs/ARCHITECTURE.md:
 //
-//   - Run supervises the watch: it restarts it with backoff after any error
-//     and recovers panics, so that one bad source never stops the others.
-//   - One attempt resolves the resource, builds the encoder and the watcher,
+//   - Supervise supervises the watch: it restarts it with backoff after any
+//     error and recovers panics, so that one bad source never stops the
+//     others.
+//   - One attempt (runOnce) resolves the resource, builds the encoder and
+//     the watcher (a source.Watcher, whose Run is the request loop: list,
+//     watch, and retries of its own),
 //     loads the object index (first load: the recovery plan of
 //     index.PlanRecovery and the catch-up from the event stream), and runs
 //     the watcher from the acked watermark or the checkpoint.
@@ -15,9 +18,11 @@
 //     list did not contain is published as deleted, final state unknown).
 //
 // Everything the engine needs from the running process comes in Options as
-// small interfaces (the sink pipeline, the checkpoints, the index bucket,
-// the event stream, the watcher), so that its decisions are unit-tested with
-// fakes; pkg/relay wires the real ones.
+// values and small interfaces (the sink's pipelines, the checkpoints, the
+// open index bucket, the event stream, the resolver, the watcher factory),
+// never closures, so that its decisions are unit-tested with fakes;
+// pkg/relay wires the real ones. An optional RelistHook runs after each
+// relist (the tests' index consistency check, internal/indexcheck).
 package watch
 
 import (
@@ -27,7 +32,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/checkpoint"
@@ -47,6 +51,21 @@ type Pipe interface {
 	// Watermark is the position of the last acknowledged entry ("" before
 	// the first).
 	Watermark() (rv string, epoch uint64)
+	// Close stops the pipeline (after the watch stopped).
+	Close()
+}
+
+// Pipelines opens the watches' pipelines (the sink). New calls it once.
+type Pipelines interface {
+	// NewPipe returns a pipeline for a watch of source, which tells acked
+	// each move of its acknowledged watermark.
+	NewPipe(source string, acked Acked) Pipe
+}
+
+// Acked is told each move of a pipeline's acknowledged watermark (the
+// Watch, which records it as its checkpoint).
+type Acked interface {
+	Advance(a sink.Advance)
 }
 
 // Positions are the stored checkpoints (a *checkpoint.Store).
@@ -71,21 +90,79 @@ type Bucket interface {
 	EpochMsg(prefix string, epoch uint64) *event.Message
 }
 
-// Stream is the event stream, read to catch the object index up with it (an
-// *index.StreamReader, which serves the catch-ups of the watches that start
-// together with one read: docs/ARCHITECTURE.md, "Start-up reads are
-// shared").
-type Stream interface {
+// CatchUpReader reads the event stream to catch the object index up with
+// it (an *index.CatchUpReader, which serves the catch-ups of the watches
+// that start together with one read: docs/ARCHITECTURE.md, "Start-up reads
+// are shared").
+type CatchUpReader interface {
 	CatchUp(ctx context.Context, log *zap.Logger, x *index.Index, c index.CatchUpOf) (index.CatchUpResult, error)
 }
 
-// Watcher reads the source (a *source.Watcher).
+// Watcher reads the source (a *source.Watcher): its Run is the request
+// loop (list, watch, retry inside) that the watch's Supervise restarts.
 type Watcher interface {
 	Run(ctx context.Context, st source.Start, h source.Handler) error
 }
 
-// Options are a watch's settings and dependencies. All but RestClient (used
-// by IndexCheck only) and Fail are required.
+// Watchers builds the watcher of a resolved source (o.Client is for it to
+// set).
+type Watchers interface {
+	NewWatcher(o source.Options) (Watcher, error)
+}
+
+// Resolver turns a source into a served, watchable resource (a
+// *source.SharedResolver).
+type Resolver interface {
+	Resolve(src *config.Source) (event.Resource, error)
+}
+
+// Readiness is what each attempt waits for before it runs: the
+// checkpoints loaded, NATS connected.
+type Readiness interface {
+	Wait(ctx context.Context) error
+}
+
+// SelfFilter recognises relayd's own objects, which are not relayed.
+type SelfFilter interface {
+	IsSelf(res event.Resource, m *event.Meta) bool
+}
+
+// StateObserver is told when a watch comes up or goes down.
+type StateObserver interface {
+	WatchState(w *Watch, up bool)
+}
+
+// RelistHook is called on the watch's goroutine after each relist is
+// compared with the object index and its sync.completed submitted; an
+// error stops the attempt (the watch restarts). The index consistency
+// check of the tests (internal/indexcheck) is one.
+type RelistHook interface {
+	AfterRelist(ctx context.Context, r Relisted) error
+}
+
+// Relisted is a completed relist, as a RelistHook sees it. It is valid
+// during the call only.
+type Relisted struct {
+	Watch           string // the watch's name (Watch.String)
+	Source          *config.Source
+	Namespace       string
+	Resource        event.Resource
+	Shaping         *event.Shaping
+	ResourceVersion string // the list's
+	// Index is the in-memory object index after the relist; IndexPrefix
+	// its keys in the bucket.
+	Index       *index.Index
+	IndexPrefix string
+	// Fingerprinter is the watch's, with ignoreChanges (nil otherwise).
+	Fingerprinter *event.Fingerprinter
+	// Pipe is the watch's pipeline: once drained, the bucket holds every
+	// index write the watch made.
+	Pipe Pipe
+	Log  *zap.Logger
+}
+
+// Options are a watch's settings and dependencies. All but State and
+// AfterRelist are required.
 type Options struct {
 	Source    *config.Source
 	Namespace string // "" for all namespaces or a cluster-scoped kind
@@ -102,43 +179,37 @@ type Options struct {
 	// as references, or without data; a change that fits not even so stalls
 	// the watch: see Watch.encode).
 	MaxPayload int
-	// Backoff is the restart backoff, fresh (watch.relistBackoff).
-	Backoff func() wait.Backoff
+	// Backoff is the restart backoff (watch.relistBackoff), unstepped: the
+	// watch and its watcher step copies of it.
+	Backoff wait.Backoff
 
-	Pipe      Pipe
+	Pipelines Pipelines
 	Positions Positions
-	Stream    Stream
-	// Ready waits until the watch can run: the checkpoints are loaded, NATS
-	// is connected and the index bucket is open. Bucket is that bucket.
-	Ready  func(ctx context.Context) error
-	Bucket func() Bucket
-	// Resolve turns the source into a served, watchable resource.
-	Resolve func(*config.Source) (event.Resource, error)
-	// NewWatcher builds the watcher of o (o.Client is for it to set).
-	NewWatcher func(o source.Options) (Watcher, error)
-	// IsSelf reports relayd's own objects, which are not relayed.
-	IsSelf func(res event.Resource, m *event.Meta) bool
-	// OnState is called when the watch comes up or goes down.
-	OnState func(up bool)
-
-	// IndexCheck compares the object index with a consistent LIST (through
-	// RestClient) after every relist; a difference is passed to Fail and
-	// stops the watch.
-	IndexCheck bool
-	RestClient func(event.Resource) (rest.Interface, error)
-	Fail       func(error)
+	Events    CatchUpReader // the event stream
+	Bucket    Bucket        // the object index's bucket, open
+	// Ready is waited for before each attempt.
+	Ready    Readiness
+	Resolver Resolver
+	Watchers Watchers
+	// Self are relayd's own objects, which are not relayed.
+	Self SelfFilter
+	// State, if set, is told when the watch comes up or goes down.
+	State StateObserver
+	// AfterRelist, if set, is called after each relist.
+	AfterRelist RelistHook
 }
 
-// Watch is one running watch. Run is called by one goroutine at a time; the
-// other methods may be called from any goroutine.
+// Watch is one running watch. Supervise is called by one goroutine at a
+// time; the other methods may be called from any goroutine.
 type Watch struct {
-	o   Options
-	key string
-	log *zap.Logger
+	o    Options
+	key  string
+	log  *zap.Logger
+	pipe Pipe // from Options.Pipelines, told of its acks by Advance
 
 	filter map[event.Type]bool
 	// fp computes the objects' fingerprints (Options.FingerprintKey) when
-	// the source has ignoreChanges, nil otherwise; the Run goroutine's.
+	// the source has ignoreChanges, nil otherwise; the Supervise goroutine's.
 	fp         *event.Fingerprinter
 	trackedG   prometheus.Gauge
 	filtered   prometheus.Counter
@@ -149,7 +220,7 @@ type Watch struct {
 	up          atomic.Bool
 	lastErr     atomic.Value // string: why the watch last stopped (for /readyz)
 
-	// Owned by the Run goroutine: what one attempt built and may reuse.
+	// Owned by the Supervise goroutine: what one attempt built and may reuse.
 	resource event.Resource
 	resolved bool
 	watcher  Watcher
@@ -204,6 +275,7 @@ func New(o Options) *Watch {
 	if o.Shaping != nil && len(src.IgnoreChanges) > 0 {
 		w.fp = event.NewFingerprinter(o.FingerprintKey)
 	}
+	w.pipe = o.Pipelines.NewPipe(src.Name, w)
 	w.restarts = retry.NewFailures(w.log, "source stopped; restarting", retry.LogChanges())
 	return w
 }
@@ -216,6 +288,10 @@ func (w *Watch) Source() *config.Source { return w.o.Source }
 
 // Namespace is the watch's namespace ("" for all, or cluster-scoped).
 func (w *Watch) Namespace() string { return w.o.Namespace }
+
+// Pipe is the watch's pipeline: its owner drains and closes it once
+// Supervise returned.
+func (w *Watch) Pipe() Pipe { return w.pipe }
 
 func (w *Watch) String() string {
 	if w.o.Namespace == "" {
@@ -256,14 +332,14 @@ func (w *Watch) setTracked(n int) {
 	}
 }
 
-// setUp records whether the watch is up and tells Options.OnState.
+// setUp records whether the watch is up and tells Options.State.
 func (w *Watch) setUp(up bool) {
 	if up {
 		w.established.Store(true)
 		w.restarts.OK()
 	}
 	w.up.Store(up)
-	if w.o.OnState != nil {
-		w.o.OnState(up)
+	if w.o.State != nil {
+		w.o.State.WatchState(w, up)
 	}
 }

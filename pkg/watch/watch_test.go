@@ -64,6 +64,8 @@ func (p *fakePipe) Watermark() (string, uint64) {
 	return p.watermark, p.wmEpoch
 }
 
+func (p *fakePipe) Close() {}
+
 type fakePositions map[string]checkpoint.Position
 
 func (f fakePositions) Get(key string) (checkpoint.Position, bool) { p, ok := f[key]; return p, ok }
@@ -175,6 +177,8 @@ type rig struct {
 	mu       sync.Mutex
 	starts   []source.Start
 	watchers []*fakeWatcher // handed out in order; the last one again after
+	next     int            // the next of watchers to hand out
+	resolves int
 }
 
 const testConfig = `
@@ -228,24 +232,32 @@ func newRigWith(t *testing.T, cfgYAML, srcName string, watchers ...*fakeWatcher)
 			r.starts = append(r.starts, st)
 		}
 	}
-	next := 0
 	r.w = New(Options{
 		Source: src, Namespace: "ns", Config: cfg, Logger: zap.NewNop(), Metrics: r.m,
 		Shaping: shaping, MaxPayload: 1 << 20,
-		Backoff: func() wait.Backoff { return wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1 << 30} },
-		Pipe:    r.pipe, Positions: r.pos, Stream: r.stream,
-		Ready:   func(context.Context) error { return nil },
-		Bucket:  func() Bucket { return r.bucket },
-		Resolve: func(*config.Source) (event.Resource, error) { return cmResource, nil },
-		IsSelf:  func(_ event.Resource, m *event.Meta) bool { return m.Name == "relayd-checkpoint" },
-		OnState: func(bool) {},
-		NewWatcher: func(source.Options) (Watcher, error) {
-			fw := r.watchers[min(next, len(r.watchers)-1)]
-			next++
-			return fw, nil
-		},
+		Backoff:   wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1 << 30},
+		Pipelines: r, Positions: r.pos, Events: r.stream, Bucket: r.bucket,
+		Ready: r, Resolver: r, Watchers: r, Self: r,
 	})
 	return r
+}
+
+// The rig is the watch's pipelines, readiness, resolver, watcher factory
+// and self filter.
+
+func (r *rig) NewPipe(string, Acked) Pipe                  { return r.pipe }
+func (r *rig) Wait(context.Context) error                  { return nil }
+func (r *rig) IsSelf(_ event.Resource, m *event.Meta) bool { return m.Name == "relayd-checkpoint" }
+
+func (r *rig) Resolve(*config.Source) (event.Resource, error) {
+	r.resolves++
+	return cmResource, nil
+}
+
+func (r *rig) NewWatcher(source.Options) (Watcher, error) {
+	fw := r.watchers[min(r.next, len(r.watchers)-1)]
+	r.next++
+	return fw, nil
 }
 
 var cmResource = event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
@@ -255,7 +267,7 @@ func (r *rig) run(t *testing.T, n int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); r.w.Run(ctx) }()
+	go func() { defer close(done); r.w.Supervise(ctx) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		r.mu.Lock()
@@ -585,12 +597,56 @@ func TestErrorResolvesAgainWithoutReloadingTheIndex(t *testing.T) {
 	r := newRig(t, "cms", &fakeWatcher{err: errors.New("the server could not find the requested resource")}, &fakeWatcher{})
 	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "50", Epoch: 4,
 		Index: &index.Ref{Generation: "g1", Seq: 7}, StreamSeq: 40}
-	resolves := 0
-	resolve := r.w.o.Resolve
-	r.w.o.Resolve = func(s *config.Source) (event.Resource, error) { resolves++; return resolve(s) }
 	r.run(t, 2)
-	if resolves != 2 || r.bucket.loads != 1 {
-		t.Errorf("resolves %d, bucket loads %d: want 2 and 1", resolves, r.bucket.loads)
+	if r.resolves != 2 || r.bucket.loads != 1 {
+		t.Errorf("resolves %d, bucket loads %d: want 2 and 1", r.resolves, r.bucket.loads)
+	}
+}
+
+// relistHook records what it is told and fails with err.
+type relistHook struct {
+	r    *rig
+	seen []string
+	err  error
+}
+
+func (h *relistHook) AfterRelist(_ context.Context, rl Relisted) error {
+	var uids []string
+	rl.Index.Range(func(o index.Object) bool { uids = append(uids, o.UID); return true })
+	slices.Sort(uids)
+	h.seen = append(h.seen, fmt.Sprintf("%s %s/%s at %s: %s in %s, fingerprinted %v, %d entries submitted",
+		rl.Watch, rl.Resource.Resource, rl.Namespace, rl.ResourceVersion, strings.Join(uids, ","), rl.IndexPrefix,
+		rl.Fingerprinter != nil, len(h.r.pipe.entries)))
+	return h.err
+}
+
+// The hook after a relist (the tests' index consistency check) is told the
+// relist once it is compared with the index and its sync.completed
+// submitted, and its error stops the attempt: the watch restarts.
+func TestRelistHookSeesTheComparedRelist(t *testing.T) {
+	pre := index.Prefix("cms", "ns")
+	fw := &fakeWatcher{}
+	r := newRig(t, "cms", fw, &fakeWatcher{})
+	fw.items = []source.Item{
+		{Kind: source.ItemSyncStarted, Epoch: 3, Sync: event.SyncEvent{Namespace: "ns", Epoch: 3, Reason: event.RelistExpired}},
+		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginResync, Epoch: 3, Object: r.obj(t, "u-a", "a", "10", "x")},
+		{Kind: source.ItemObject, Type: event.Added, Origin: event.OriginResync, Epoch: 3, Object: r.obj(t, "u-d", "d", "16", "x")},
+		{Kind: source.ItemSyncCompleted, Epoch: 3, ResourceVersion: "20",
+			Sync: event.SyncEvent{Completed: true, Namespace: "ns", Epoch: 3, Reason: event.RelistExpired, ToResourceVersion: "20"}},
+	}
+	r.bucket.objects[pre] = []index.Object{
+		{UID: "u-a", Namespace: "ns", Name: "a", ResourceVersion: "10"},
+		{UID: "u-c", Namespace: "ns", Name: "c", ResourceVersion: "12"},
+	}
+	hook := &relistHook{r: r, err: errors.New("index differs")}
+	r.w.o.AfterRelist = hook
+	r.run(t, 2)
+	sameLines(t, "relists seen", hook.seen, []string{
+		// epoch, sync.started, added d, deleted c, sync.completed
+		"cms/ns configmaps/ns at 20: u-a,u-d in " + pre + ", fingerprinted true, 5 entries submitted",
+	})
+	if !strings.Contains(r.w.LastError(), "index differs") {
+		t.Errorf("LastError %q does not carry the hook's error", r.w.LastError())
 	}
 }
 

@@ -1,4 +1,10 @@
-package watch
+// Package indexcheck is the index consistency check of the tests
+// (RELAYD_INDEX_CHECK, relay.Options.IndexCheck): a watch.RelistHook that,
+// after every relist, compares the watch's object index with a consistent
+// LIST at the relist's resourceVersion, and stops relayd on any
+// difference. pkg/relay wires it only when asked; the production engine
+// (pkg/watch) knows it only as a hook.
+package indexcheck
 
 import (
 	"context"
@@ -14,15 +20,56 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/source"
+	"github.com/relayd/relayd/pkg/watch"
 )
 
-// checkIndex compares the object index with a consistent LIST at exactly
-// rv (the relist's resourceVersion): same uids, names and resourceVersions.
+// Bucket reads the object index's bucket back (an *index.Bucket).
+type Bucket interface {
+	Name() string
+	Load(ctx context.Context, prefix string, x *index.Index) (index.Loaded, error)
+}
+
+// RESTClients gives the REST client of a resource's group/version.
+type RESTClients interface {
+	RESTClient(res event.Resource) (rest.Interface, error)
+}
+
+// Options are the check's dependencies, all required.
+type Options struct {
+	Bucket  Bucket
+	Clients RESTClients
+	// Self are relayd's own objects, left out of the list as the watches
+	// leave them out of the index.
+	Self watch.SelfFilter
+	// Fail is told a difference; it stops relayd.
+	Fail func(error)
+}
+
+// Checker is the check, one for all watches.
+type Checker struct{ o Options }
+
+// New returns the check of o.
+func New(o Options) *Checker { return &Checker{o: o} }
+
+// AfterRelist checks the relist r (watch.RelistHook): a difference is
+// passed to Options.Fail and returned (the watch stops).
+func (c *Checker) AfterRelist(ctx context.Context, r watch.Relisted) error {
+	if err := c.check(ctx, r); err != nil {
+		err = fmt.Errorf("index consistency check failed for %s: %w", r.Watch, err)
+		c.o.Fail(err)
+		return err
+	}
+	return nil
+}
+
+// check compares the object index with a consistent LIST at exactly the
+// relist's resourceVersion (the relist's resourceVersion): same uids, names and resourceVersions.
 // Two indexes are compared: the bucket as read back from NATS, once every
 // index write this watch submitted is acknowledged (what a restart would
 // load: the one that matters), and the in-memory index. Each difference
@@ -32,30 +79,31 @@ import (
 // kills them) is retried with backoff; one that can never be made (the
 // list's resourceVersion compacted meanwhile, or relayd stopping) is
 // logged as not made.
-func (w *Watch) checkIndex(ctx context.Context, rv string) error {
+func (c *Checker) check(ctx context.Context, r watch.Relisted) error {
+	rv := r.ResourceVersion
 	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 5 * time.Second}
-	failures := retry.NewFailures(w.log, "index consistency check could not read the list or the bucket; retrying", retry.AtLevel(zapcore.WarnLevel))
+	failures := retry.NewFailures(r.Log, "index consistency check could not read the list or the bucket; retrying", retry.AtLevel(zapcore.WarnLevel))
 	var found error // a difference: the check's result
 	checked := retry.Until(ctx, backoff, failures, func(ctx context.Context) error {
-		err := w.checkIndexOnce(ctx, rv)
+		err := c.checkOnce(ctx, r)
 		var bad *indexMismatchError
 		switch {
 		case errors.As(err, &bad):
 			found = err
 			return nil
 		case err != nil && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)):
-			w.log.Warn("index consistency check not made: the list's resourceVersion was compacted", zap.String("resourceVersion", rv), zap.Error(err))
+			r.Log.Warn("index consistency check not made: the list's resourceVersion was compacted", zap.String("resourceVersion", rv), zap.Error(err))
 			return nil
 		}
 		return err
 	}, zap.String("resourceVersion", rv))
 	if !checked {
-		w.log.Warn("index consistency check not made: the watch is stopping", zap.String("resourceVersion", rv))
+		r.Log.Warn("index consistency check not made: the watch is stopping", zap.String("resourceVersion", rv))
 	}
 	return found
 }
 
-// indexMismatchError is a difference found by checkIndex (or a list it
+// indexMismatchError is a difference found by check (or a list it
 // cannot read at all): retrying cannot help.
 type indexMismatchError struct{ msg string }
 
@@ -65,59 +113,63 @@ func mismatch(format string, args ...any) error {
 	return &indexMismatchError{msg: fmt.Sprintf(format, args...)}
 }
 
-func (w *Watch) checkIndexOnce(ctx context.Context, rv string) error {
-	// The watch goroutine is the only submitter of w.pipe: Drain is safe
-	// here, and afterwards the bucket holds every index write made so far.
-	if err := w.o.Pipe.Drain(ctx); err != nil {
+func (c *Checker) checkOnce(ctx context.Context, r watch.Relisted) error {
+	rv := r.ResourceVersion
+	// The hook runs on the watch goroutine, the only submitter of r.Pipe:
+	// Drain is safe here, and afterwards the bucket holds every index
+	// write made so far.
+	if err := r.Pipe.Drain(ctx); err != nil {
 		return fmt.Errorf("waiting for the index writes to be acknowledged: %w", err)
 	}
-	b := w.o.Bucket()
+	b := c.o.Bucket
 	stored := index.New()
-	if _, err := b.Load(ctx, w.ix.prefix, stored); err != nil {
-		return fmt.Errorf("reading the index bucket %q back (keys %s.*): %w", b.Name(), w.ix.prefix, err)
+	if _, err := b.Load(ctx, r.IndexPrefix, stored); err != nil {
+		return fmt.Errorf("reading the index bucket %q back (keys %s.*): %w", b.Name(), r.IndexPrefix, err)
 	}
-	listed, err := w.listAt(ctx, rv)
+	listed, err := c.listAt(ctx, r)
 	if err != nil {
 		return err
 	}
 	for _, ix := range []struct {
 		name string
 		x    *index.Index
-	}{{fmt.Sprintf("the index bucket %q", b.Name()), stored}, {"the in-memory index", w.ix.idx}} {
-		if err := compareIndex(ix.name, ix.x, listed, rv, w.fp != nil); err != nil {
+	}{{fmt.Sprintf("the index bucket %q", b.Name()), stored}, {"the in-memory index", r.Index}} {
+		if err := compareIndex(ix.name, ix.x, listed, rv, r.Fingerprinter != nil); err != nil {
 			return err
 		}
 	}
-	w.log.Info("index consistency check passed (bucket and memory)", zap.String("resourceVersion", rv), zap.String("objects", strconv.Itoa(len(listed))))
+	r.Log.Info("index consistency check passed (bucket and memory)", zap.String("resourceVersion", rv), zap.String("objects", strconv.Itoa(len(listed))))
 	return nil
 }
 
-// listedObject is one object of checkIndex's LIST.
+// listedObject is one object of check's LIST.
 type listedObject struct {
 	meta        event.Meta
 	fingerprint uint64 // with ignoreChanges
 }
 
-// listAt lists w's objects at exactly rv (relayd's own objects left out).
-func (w *Watch) listAt(ctx context.Context, rv string) ([]listedObject, error) {
-	client, err := w.o.RestClient(w.resource)
+// listAt lists the relist's objects at exactly its resourceVersion
+// (relayd's own objects left out).
+func (c *Checker) listAt(ctx context.Context, r watch.Relisted) ([]listedObject, error) {
+	rv := r.ResourceVersion
+	client, err := c.o.Clients.RESTClient(r.Resource)
 	if err != nil {
 		return nil, err
 	}
 	var out []listedObject
 	cont := ""
 	for {
-		req := client.Get().Resource(w.resource.Resource).
+		req := client.Get().Resource(r.Resource.Resource).
 			Param("resourceVersion", rv).Param("resourceVersionMatch", string(metav1.ResourceVersionMatchExact)).
 			Param("limit", "500")
-		if w.o.Namespace != "" {
-			req = req.Namespace(w.o.Namespace)
+		if r.Namespace != "" {
+			req = req.Namespace(r.Namespace)
 		}
-		if w.o.Source.LabelSelector != "" {
-			req = req.Param("labelSelector", w.o.Source.LabelSelector)
+		if r.Source.LabelSelector != "" {
+			req = req.Param("labelSelector", r.Source.LabelSelector)
 		}
-		if w.o.Source.FieldSelector != "" {
-			req = req.Param("fieldSelector", w.o.Source.FieldSelector)
+		if r.Source.FieldSelector != "" {
+			req = req.Param("fieldSelector", r.Source.FieldSelector)
 		}
 		if cont != "" {
 			req = req.Param("continue", cont)
@@ -134,16 +186,16 @@ func (w *Watch) listAt(ctx context.Context, rv string) ([]listedObject, error) {
 			return nil, mismatch("list at resourceVersion %s: cannot decode it: %v", rv, err)
 		}
 		for _, raw := range page.Items {
-			o, err := event.ParseObjectShaped(raw, w.o.Shaping)
+			o, err := event.ParseObjectShaped(raw, r.Shaping)
 			if err != nil {
 				return nil, mismatch("list at resourceVersion %s: cannot parse an object: %v", rv, err)
 			}
-			if w.o.IsSelf(w.resource, &o.Meta) {
+			if c.o.Self.IsSelf(r.Resource, &o.Meta) {
 				continue
 			}
 			l := listedObject{meta: o.Meta}
-			if w.fp != nil {
-				l.fingerprint = w.fp.Fingerprint(&o)
+			if r.Fingerprinter != nil {
+				l.fingerprint = r.Fingerprinter.Fingerprint(&o)
 			}
 			out = append(out, l)
 		}
