@@ -88,7 +88,7 @@ func Serve(o Options) (*Servers, error) {
 		l, err := net.Listen("tcp", b.addr)
 		if err != nil {
 			h.Shutdown()
-			return nil, fmt.Errorf("relay: listen on %s: %w", b.addr, err)
+			return nil, fmt.Errorf("health: listen on %s: %w", b.addr, err)
 		}
 		s := &http.Server{Handler: b.mux, ReadHeaderTimeout: 10 * time.Second}
 		h.servers = append(h.servers, s)

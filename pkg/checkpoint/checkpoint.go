@@ -128,18 +128,18 @@ type keyState struct {
 func (k *keyState) dirty() bool { return k.gen > k.persistedGen }
 
 // Store keeps the positions of this relayd's watches in memory and writes the
-// changed ones to the checkpoint ConfigMap. Advance, Get, Follow and Unfollow
-// are safe for concurrent use; Flush and Run are meant for one owner
-// goroutine (concurrent calls are serialised).
+// changed ones to the checkpoint ConfigMaps. Every method is safe for
+// concurrent use; the writes of Flush and Run are serialised (relayd runs
+// Run and calls Flush as each source stops).
 type Store struct {
-	client    corev1client.ConfigMapInterface
-	namespace string
-	names     []string // the shards' ConfigMaps, see ShardNames
-	flushInt  time.Duration
-	bmInt     time.Duration
-	log       *zap.Logger
-	metrics   *Metrics
-	now       func() time.Time
+	client      corev1client.ConfigMapInterface
+	namespace   string
+	names       []string // the shards' ConfigMaps, see ShardNames
+	flushInt    time.Duration
+	bookmarkInt time.Duration
+	log         *zap.Logger
+	metrics     *Metrics
+	now         func() time.Time
 
 	flushMu sync.Mutex // serialises writes
 
@@ -179,22 +179,22 @@ func New(o Options) (*Store, error) {
 		return nil, errors.Join(errs...)
 	}
 	s := &Store{
-		client:    o.Client.ConfigMaps(o.Namespace),
-		namespace: o.Namespace,
-		names:     ShardNames(o.Name, o.Shards),
-		flushInt:  o.FlushInterval,
-		bmInt:     o.BookmarkPersistInterval,
-		metrics:   o.Metrics,
-		now:       o.Now,
-		keys:      map[string]*keyState{},
-		followed:  map[string][]string{},
-		sourceOf:  map[string]string{},
+		client:      o.Client.ConfigMaps(o.Namespace),
+		namespace:   o.Namespace,
+		names:       ShardNames(o.Name, o.Shards),
+		flushInt:    o.FlushInterval,
+		bookmarkInt: o.BookmarkPersistInterval,
+		metrics:     o.Metrics,
+		now:         o.Now,
+		keys:        map[string]*keyState{},
+		followed:    map[string][]string{},
+		sourceOf:    map[string]string{},
 	}
 	if s.flushInt == 0 {
 		s.flushInt = DefaultFlushInterval
 	}
-	if s.bmInt == 0 {
-		s.bmInt = DefaultBookmarkPersistInterval
+	if s.bookmarkInt == 0 {
+		s.bookmarkInt = DefaultBookmarkPersistInterval
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -472,8 +472,7 @@ func (s *Store) setLastWrite(source string) {
 // Advance records key's new position in memory; it never blocks on the API.
 // The caller must only pass a position whose event and every earlier event of
 // the watch are acked (see the package doc). bookmarkOnly=true marks progress
-// that came only from a bookmark (or from events relayd ignores because they
-// are its own checkpoint writes): [Store.Run] persists such progress at most
+// that came only from a bookmark: [Store.Run] persists such progress at most
 // once per BookmarkPersistInterval. Positions only move when the
 // ResourceVersion string differs (opaque: compared for equality only, never
 // ordered) or the index generation changes; advancing to the stored
@@ -591,7 +590,7 @@ func (s *Store) collect(force bool) ([]pending, error) {
 	defer s.mu.Unlock()
 	var out []pending
 	for k, st := range s.keys {
-		if !st.due(force, now, s.bmInt) {
+		if !st.due(force, now, s.bookmarkInt) {
 			continue
 		}
 		raw, err := encode(st.pos)

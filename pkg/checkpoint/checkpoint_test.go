@@ -591,8 +591,8 @@ func TestNewNamesMissingFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.flushInt != DefaultFlushInterval || s.bmInt != DefaultBookmarkPersistInterval {
-		t.Fatalf("defaults %v %v", s.flushInt, s.bmInt)
+	if s.flushInt != DefaultFlushInterval || s.bookmarkInt != DefaultBookmarkPersistInterval {
+		t.Fatalf("defaults %v %v", s.flushInt, s.bookmarkInt)
 	}
 }
 

@@ -85,10 +85,10 @@
 // Progress that comes only from watch bookmarks is written at most once per
 // BookmarkPersistInterval (default 2m) per key: relayd's own write bumps the
 // cluster's resourceVersion, which the next bookmark reports, so an idle
-// cluster would otherwise be written to forever. The same applies to events
-// relayd filters out because they are its own checkpoint writes (when it
-// watches ConfigMaps): the caller should advance past them with
-// bookmarkOnly=true. [Store.Flush] writes every changed key at once,
+// cluster would otherwise be written to forever. Events of relayd's own
+// checkpoint writes (when it watches ConfigMaps) do not move the position at
+// all: the caller skips them, and the next bookmark moves past them.
+// [Store.Flush] writes every changed key at once,
 // bookmark-only progress included; the owner calls it once more on shutdown,
 // after draining in-flight publishes.
 //

@@ -102,14 +102,14 @@ func (s *Sharder) observeLocked(sl *slot, l *coordinationv1.Lease, now time.Time
 	sl.holder = rec.HolderIdentity
 	sl.durSec = rec.LeaseDurationSeconds
 
-	hbs, err := decodeMembers(l)
+	heartbeats, err := decodeMembers(l)
 	if err != nil && !sl.badAnnotation {
 		s.log.Warn("ignoring malformed membership annotation; the next write replaces it",
 			zap.String("lease", s.ref(sl.name)), zap.String("annotation", MembersAnnotation), zap.Error(err))
 	}
 	sl.badAnnotation = err != nil
-	sl.hbs = hbs
-	for id, hb := range hbs {
+	sl.heartbeats = heartbeats
+	for id, hb := range heartbeats {
 		if id != s.id {
 			observeHeartbeat(s.members, id, hb, now)
 		}
@@ -138,7 +138,7 @@ func (s *Sharder) gcMembersLocked(now time.Time) {
 		}
 		mentioned := false
 		for _, sl := range s.slots {
-			if _, ok := sl.hbs[id]; ok {
+			if _, ok := sl.heartbeats[id]; ok {
 				mentioned = true
 				break
 			}
@@ -173,10 +173,10 @@ func (s *Sharder) prepareLocked(cur *coordinationv1.Lease, kind writeKind, now t
 		l.Spec = resourcelock.LeaderElectionRecordToLeaseSpec(rec)
 	}
 
-	hbs, _ := decodeMembers(l) // malformed: replaced
-	for id := range hbs {
+	heartbeats, _ := decodeMembers(l) // malformed: replaced
+	for id := range heartbeats {
 		if m := s.members[id]; id != s.id && m != nil && now.Sub(m.seenAt) >= s.leaseDuration {
-			delete(hbs, id) // dead (or gone) for a LeaseDuration
+			delete(heartbeats, id) // dead (or gone) for a LeaseDuration
 		}
 	}
 	stamp := time.Now().UTC().Round(0)
@@ -184,11 +184,11 @@ func (s *Sharder) prepareLocked(cur *coordinationv1.Lease, kind writeKind, now t
 		stamp = s.hbStamp.Add(time.Microsecond)
 	}
 	s.hbStamp = stamp
-	hbs[s.id] = heartbeat{Time: stamp, Left: s.leaving}
+	heartbeats[s.id] = heartbeat{Time: stamp, Left: s.leaving}
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Annotations[MembersAnnotation] = encodeMembers(hbs)
+	l.Annotations[MembersAnnotation] = encodeMembers(heartbeats)
 	return l
 }
 

@@ -108,7 +108,7 @@ type slot struct {
 	obsOK         bool                  // the last read or write succeeded
 	holder        string                // holderIdentity of lease
 	durSec        int                   // leaseDurationSeconds of lease
-	hbs           map[string]heartbeat  // MembersAnnotation of lease
+	heartbeats    map[string]heartbeat  // MembersAnnotation of lease
 	rawRec        []byte                // the record, to tell when it changes
 	recSeen       time.Time             // local time rawRec was first seen
 	state         slotState

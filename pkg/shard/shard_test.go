@@ -233,11 +233,11 @@ func TestJoinRebalances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hbs, err := decodeMembers(l)
+		heartbeats, err := decodeMembers(l)
 		if err != nil {
 			t.Fatalf("Lease of %s: %s: %v", src, MembersAnnotation, err)
 		}
-		for id := range hbs {
+		for id := range heartbeats {
 			ids[id] = true
 		}
 	}

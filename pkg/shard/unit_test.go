@@ -120,9 +120,9 @@ func TestMembership(t *testing.T) {
 	t0 := time.Now()
 	wall := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	sl := s.slots[0]
-	observe := func(at time.Time, hbs map[string]heartbeat) {
+	observe := func(at time.Time, heartbeats map[string]heartbeat) {
 		l := &coordinationv1.Lease{}
-		l.Annotations = map[string]string{MembersAnnotation: encodeMembers(hbs)}
+		l.Annotations = map[string]string{MembersAnnotation: encodeMembers(heartbeats)}
 		s.mu.Lock()
 		s.observeLocked(sl, l, at)
 		s.mu.Unlock()
@@ -168,16 +168,16 @@ func TestMembership(t *testing.T) {
 	out := s.prepareLocked(sl.lease, writeHeartbeat, t0.Add(2*ttl+2*time.Second))
 	out2 := s.prepareLocked(out, writeHeartbeat, t0.Add(2*ttl+2*time.Second))
 	s.mu.Unlock()
-	hbs, err := decodeMembers(out)
+	heartbeats, err := decodeMembers(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := hbs["c"]; ok || !hbs["b"].Left || hbs["relayd-0"].Time.IsZero() || hbs["relayd-0"].Left {
+	if _, ok := heartbeats["c"]; ok || !heartbeats["b"].Left || heartbeats["relayd-0"].Time.IsZero() || heartbeats["relayd-0"].Left {
 		t.Errorf("annotation = %s", out.Annotations[MembersAnnotation])
 	}
-	hbs2, _ := decodeMembers(out2)
-	if !hbs2["relayd-0"].Time.After(hbs["relayd-0"].Time) {
-		t.Errorf("heartbeat not increasing: %v then %v", hbs["relayd-0"].Time, hbs2["relayd-0"].Time)
+	laterHeartbeats, _ := decodeMembers(out2)
+	if !laterHeartbeats["relayd-0"].Time.After(heartbeats["relayd-0"].Time) {
+		t.Errorf("heartbeat not increasing: %v then %v", heartbeats["relayd-0"].Time, laterHeartbeats["relayd-0"].Time)
 	}
 	if out.Spec.HolderIdentity != nil {
 		t.Errorf("heartbeat changed the spec: %+v", out.Spec)
