@@ -1,4 +1,6 @@
-// Package retry holds what relayd's retry loops share: Until, the loop of
+// Package retry holds what relayd's retry loops share: the named backoff
+// policies (Watch, NATS, Setup, Conflict) and the one rule that starts
+// their waits over (Delays, ResetAfter); Until, the loop of
 // an operation retried with backoff until it succeeds; a wait that ends with
 // the context; and Failures, which logs a failure that repeats once when it
 // starts, as a summary at most once a minute while it lasts, and once when
@@ -16,12 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// Until calls attempt until it returns nil, waiting b.Step() after each
-// failure, or until ctx ends; it reports whether attempt succeeded. Each
+// Until calls attempt until it returns nil, waiting the policy b's delays
+// after each failure (Delays: starting over after an attempt that ran
+// ResetAfter), or until ctx ends; it reports whether attempt succeeded. Each
 // failure is reported to f with fields and the wait ("in"), and the success
 // that ends a run of failures as f's recovery (f.OK with fields). A failure
 // once ctx has ended is the stop, not a fault: it is not reported.
 func Until(ctx context.Context, b wait.Backoff, f *Failures, attempt func(context.Context) error, fields ...zap.Field) bool {
+	delays := NewDelays(b, nil)
 	for {
 		err := attempt(ctx)
 		if err == nil {
@@ -31,7 +35,7 @@ func Until(ctx context.Context, b wait.Backoff, f *Failures, attempt func(contex
 		if ctx.Err() != nil {
 			return false
 		}
-		d := b.Step()
+		d := delays.Step()
 		f.Fail(err, append(fields[:len(fields):len(fields)], zap.Duration("in", d))...)
 		if !Sleep(ctx, d) {
 			return false
@@ -40,8 +44,11 @@ func Until(ctx context.Context, b wait.Backoff, f *Failures, attempt func(contex
 }
 
 // Sleep waits for d, or until ctx ends; it reports whether it waited the
-// whole d (false: ctx ended).
+// whole d (false: ctx ended). It is relayd's one wait of that kind.
 func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

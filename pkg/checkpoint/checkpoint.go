@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
 
@@ -44,12 +43,6 @@ const (
 	// stall Run; the next tick retries.
 	tickTimeout = 30 * time.Second
 )
-
-// conflictBackoff paces the retries of a write that lost a race with another
-// replica: exponential with jitter so that replicas fall out of step, about
-// 2s in all (well inside FlushInterval and a shutdown grace period). A write
-// that still conflicts is retried by the next Run tick.
-var conflictBackoff = wait.Backoff{Steps: 8, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: time.Second}
 
 // FormatVersion is the version of the stored value's layout, written as its
 // last member "v" (docs/DEPLOY.md, "Upgrade and rollback: formats"). Values
@@ -677,7 +670,7 @@ func byShard(todo []pending) iter.Seq2[int, []pending] {
 func (s *Store) flushShard(ctx context.Context, shard int, todo []pending) ([]pending, error) {
 	name := s.names[shard]
 	prev := s.storedValues(todo)
-	err := retry.RetryOnConflict(conflictBackoff, func() error {
+	err := retry.RetryOnConflict(relaydretry.Conflict(), func() error {
 		var err error
 		todo, err = s.writeOnce(ctx, name, todo, prev)
 		return err
@@ -718,7 +711,7 @@ func (s *Store) strayRemovals(written []pending) []pending {
 // strayRemovals) and forgets them as strays once done.
 func (s *Store) removeStrays(ctx context.Context, shard int, todo []pending) error {
 	name := s.names[shard]
-	err := retry.RetryOnConflict(conflictBackoff, func() error {
+	err := retry.RetryOnConflict(relaydretry.Conflict(), func() error {
 		var err error
 		todo, err = s.writeOnce(ctx, name, todo, nil)
 		return err

@@ -6,7 +6,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/relayd/relayd/internal/retry"
 )
@@ -17,10 +16,9 @@ import (
 // through retry.Failures. Settings of the opened bucket that differ from a
 // bucket relayd creates are logged as warnings.
 func OpenRetrying(ctx context.Context, js jetstream.JetStream, o BucketOptions, log *zap.Logger, onErr func(error)) *Bucket {
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 30 * time.Second}
 	failures := retry.NewFailures(log, "cannot open the index bucket; sources wait")
 	var b *Bucket
-	opened := retry.Until(ctx, backoff, failures, func(ctx context.Context) error {
+	opened := retry.Until(ctx, retry.Setup(), failures, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		var err error

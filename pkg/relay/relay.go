@@ -28,7 +28,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -470,8 +469,7 @@ func (r *relay) runCheckpoints(ctx context.Context) {
 // until it succeeds (true) or ctx ends; msg is logged when the failures
 // start, summarised while they last, and when they end (retry.Failures).
 func (r *relay) readCheckpoints(ctx context.Context, msg string, fields ...zap.Field) bool {
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
-	loaded := retry.Until(ctx, backoff, retry.NewFailures(r.log, msg), func(ctx context.Context) error {
+	loaded := retry.Until(ctx, retry.Setup(), retry.NewFailures(r.log, msg), func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		return r.store.Load(cctx)

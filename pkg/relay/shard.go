@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
-	"time"
 
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/config"
@@ -27,10 +25,9 @@ func (r *relay) runSharded(ctx context.Context) {
 	for i := range r.cfg.Sources {
 		names[i] = r.cfg.Sources[i].Name
 	}
-	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: time.Minute}
 	failures := retry.NewFailures(r.log, "sharding cannot start; no source runs on this replica; retrying")
 	// The sharder runs until ctx ends: any earlier return is retried.
-	retry.Until(ctx, backoff, failures, func(ctx context.Context) error {
+	retry.Until(ctx, retry.Setup(), failures, func(ctx context.Context) error {
 		s, err := shard.New(shard.Options{
 			Client: r.leases, Namespace: r.cfg.Checkpoint.Namespace, Identity: id, Sources: names,
 			LeasePrefix:   sh.LeasePrefix,

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/relayd/relayd/internal/indexcheck"
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
@@ -133,7 +134,7 @@ func (r *relay) runSource(ctx context.Context, ws []*watch.Watch) {
 // relistBackoff is watch.relistBackoff from the config, fresh (unstepped).
 func (r *relay) relistBackoff() wait.Backoff {
 	b := r.cfg.Watch.RelistBackoff
-	return wait.Backoff{Duration: b.Initial.Duration(), Factor: b.Factor, Jitter: b.JitterFraction(), Steps: 1 << 30, Cap: b.Max.Duration()}
+	return retry.Watch(b.Initial.Duration(), b.Max.Duration(), b.Factor, b.JitterFraction())
 }
 
 // WatchState sets relayd_source_up of w's source (watch.StateObserver): 1

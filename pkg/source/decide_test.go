@@ -24,7 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/event"
 )
 
@@ -95,37 +97,42 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestPause follows one watcher's waits on a fake clock: each step is the
+// time the clock moves (the last wait, then the attempt), the restart
+// reason, and the wait pause returns.
 func TestPause(t *testing.T) {
-	initial := wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: time.Minute}
-	grown := initial
-	grown.Duration = 8 * time.Second
-	for _, c := range []struct {
-		name     string
-		backoff  wait.Backoff
-		reason   string
-		ran      time.Duration
-		want     time.Duration
-		wantNext time.Duration // backoff.Duration afterwards
+	policy := wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: time.Minute}
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC))
+	backoff := retry.NewDelays(policy, clk)
+	for i, c := range []struct {
+		name   string
+		ran    time.Duration // since the last wait ended
+		reason string
+		want   time.Duration
 	}{
-		{"server ended the watch", grown, ReasonTimeout, time.Second, 0, 8 * time.Second},
-		{"first failure", initial, ReasonError, time.Second, time.Second, 2 * time.Second},
-		{"repeated failure", grown, ReasonClosed, time.Second, 8 * time.Second, 16 * time.Second},
-		{"failure after a long run", grown, ReasonIdle, 2 * time.Minute, time.Second, 2 * time.Second},
-		{"410 after a short run", initial, ReasonExpired, time.Second, time.Second, 2 * time.Second},
-		{"410 storm", grown, ReasonExpired, time.Second, 8 * time.Second, 16 * time.Second},
-		{"410 after a long run", grown, ReasonExpired, 2 * time.Minute, 0, 2 * time.Second},
-		{"a minute is not long", grown, ReasonError, time.Minute, 8 * time.Second, 16 * time.Second},
-		{"capped", wait.Backoff{Duration: 40 * time.Second, Factor: 2, Steps: 1 << 30, Cap: time.Minute}, ReasonError, time.Second, 40 * time.Second, time.Minute},
+		{"410 after a short first run", time.Second, ReasonExpired, time.Second},
+		{"repeated failure", time.Second, ReasonClosed, 2 * time.Second},
+		{"server ended the watch", time.Second, ReasonTimeout, 0},
+		{"410 storm", time.Second, ReasonExpired, 4 * time.Second},
+		{"a minute is not long", time.Minute, ReasonError, 8 * time.Second},
+		{"failure after a healthy run", 2 * time.Minute, ReasonIdle, time.Second},
+		{"grows again", time.Second, ReasonError, 2 * time.Second},
+		{"410 after a healthy run", 2 * time.Minute, ReasonExpired, 0},
+		{"after it, the second delay", 0, ReasonError, 2 * time.Second},
+		{"growing", time.Second, ReasonError, 4 * time.Second},
+		{"growing", time.Second, ReasonError, 8 * time.Second},
+		{"growing", time.Second, ReasonError, 16 * time.Second},
+		{"growing", time.Second, ReasonError, 32 * time.Second},
+		{"capped", time.Second, ReasonError, time.Minute},
+		{"capped", time.Second, ReasonError, time.Minute},
+		{"healthy minute after the cap", time.Minute + time.Second, ReasonError, time.Second},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			b := c.backoff
-			if got := pause(&b, initial, c.reason, c.ran); got != c.want {
-				t.Errorf("pause = %v, want %v", got, c.want)
-			}
-			if b.Duration != c.wantNext {
-				t.Errorf("backoff afterwards %v, want %v", b.Duration, c.wantNext)
-			}
-		})
+		clk.SetTime(clk.Now().Add(c.ran))
+		got := pause(backoff, c.reason)
+		if got != c.want {
+			t.Errorf("step %d (%s): pause = %v, want %v", i, c.name, got, c.want)
+		}
+		clk.SetTime(clk.Now().Add(got))
 	}
 }
 

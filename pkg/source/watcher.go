@@ -59,6 +59,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/relayd/relayd/internal/retry"
+	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 )
 
@@ -216,7 +217,7 @@ func New(o Options) (*Watcher, error) {
 		o.MaxObjectBytes = DefaultMaxObjectBytes
 	}
 	if o.Backoff.Duration == 0 {
-		o.Backoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 5 * time.Minute}
+		o.Backoff = retry.Watch(config.DefaultRelistBackoffInitial, config.DefaultRelistBackoffMax, config.DefaultRelistBackoffFactor, config.DefaultRelistBackoffJitter)
 	}
 	if o.OnEstablished == nil {
 		o.OnEstablished = func(bool) {}
@@ -246,21 +247,20 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 	defer w.o.OnEstablished(false)
 	w.failures = retry.NewFailures(w.log, "watch failed; retrying", retry.AtLevel(zapcore.WarnLevel))
 
-	backoff := w.o.Backoff
+	backoff := retry.NewDelays(w.o.Backoff, nil)
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if w.next() == nextCurrentRV {
 			// initial: none — start from the current state without listing.
-			if ok, err := w.fromCurrentRV(ctx, &backoff); !ok {
+			if ok, err := w.fromCurrentRV(ctx, backoff); !ok {
 				if err != nil {
 					return err
 				}
 				continue
 			}
 		}
-		t0 := time.Now()
 		err := w.listAndWatch(ctx, h)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -292,7 +292,7 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 		}
 		w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, reason).Inc()
 		w.o.OnEstablished(false)
-		if !sleep(ctx, pause(&backoff, w.o.Backoff, reason, time.Since(t0))) {
+		if !retry.Sleep(ctx, pause(backoff, reason)) {
 			return ctx.Err()
 		}
 	}
@@ -344,7 +344,7 @@ func (w *Watcher) next() nextRequest { return decideNext(w.rv, w.listing != nil,
 // resourceVersion. When it did not (ok false), Run tries again, after a
 // backoff for a transient error, unless err is non-nil: a permanent error
 // or ctx's.
-func (w *Watcher) fromCurrentRV(ctx context.Context, backoff *wait.Backoff) (ok bool, err error) {
+func (w *Watcher) fromCurrentRV(ctx context.Context, backoff *retry.Delays) (ok bool, err error) {
 	rv, err := w.currentRV(ctx)
 	switch {
 	case err == nil:
@@ -362,7 +362,7 @@ func (w *Watcher) fromCurrentRV(ctx context.Context, backoff *wait.Backoff) (ok 
 		err = w.describe(err)
 	}
 	w.log.Warn("cannot read the current resourceVersion; retrying", zap.Error(err))
-	if !sleep(ctx, backoff.Step()) {
+	if !retry.Sleep(ctx, backoff.Step()) {
 		return false, ctx.Err()
 	}
 	return false, nil
@@ -428,22 +428,19 @@ func outcomeOf(err error, metadataOnly bool) (outcome, string) {
 	return outcomeRetry, ReasonError
 }
 
-// pause is how long Run waits after an attempt that ran for ran and ended
-// with the restart reason; it steps backoff. A watch the server ended is
-// resumed at once. A long healthy run (over a minute) resets backoff to
-// initial; repeated failures (including a 410 storm) grow it, so the
-// apiserver never sees a hot loop. The first 410 after a long run relists
-// at once.
-func pause(backoff *wait.Backoff, initial wait.Backoff, reason string, ran time.Duration) time.Duration {
+// pause is how long Run waits after an attempt that ended with the
+// restart reason; it steps backoff. A watch the server ended is resumed at
+// once (not a failure). After a healthy minute (retry.ResetAfter without a
+// failure) backoff starts over; repeated failures (including a 410 storm)
+// grow it, so the apiserver never sees a hot loop. The first 410 after a
+// healthy minute relists at once.
+func pause(backoff *retry.Delays, reason string) time.Duration {
 	if reason == ReasonTimeout {
 		return 0
 	}
-	long := ran > time.Minute
-	if long {
-		*backoff = initial
-	}
+	healthy := backoff.Fresh()
 	d := backoff.Step()
-	if reason == ReasonExpired && long {
+	if reason == ReasonExpired && healthy {
 		d = 0
 	}
 	return d
@@ -523,20 +520,6 @@ func isConnErr(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE) ||
 		utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err) ||
 		utilnet.IsHTTP2ConnectionLost(err)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 type handlerError struct{ err error }

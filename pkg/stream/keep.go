@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/relayd/relayd/internal/retry"
 )
@@ -23,7 +22,7 @@ const CheckInterval = 30 * time.Second
 // when it is) after every check, logs when that changes, and logs what was
 // created or updated, and each warning when it first appears.
 func Keep(ctx context.Context, js jetstream.JetStream, want Want, log *zap.Logger, onState func(reason string)) {
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: CheckInterval}
+	backoff := retry.NewDelays(retry.Setup(), nil) // capped at CheckInterval
 	var lastErr, lastWarn string
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -37,7 +36,7 @@ func Keep(ctx context.Context, js jetstream.JetStream, want Want, log *zap.Logge
 		if reason != "" {
 			next = backoff.Step()
 		} else {
-			backoff.Duration = 500 * time.Millisecond
+			backoff.Reset()
 		}
 		onState(reason)
 		switch {

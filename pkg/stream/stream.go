@@ -31,6 +31,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/config"
 )
 
@@ -245,10 +246,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, w Want) (Result, error)
 		res.Updated = res.Updated || updated
 		// Read it back: another instance's concurrent update may have
 		// replaced ours.
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, time.Duration(100+attempt*200)*time.Millisecond) {
 			return res, ctx.Err()
-		case <-time.After(time.Duration(100+attempt*200) * time.Millisecond):
 		}
 		if s, err = js.Stream(ctx, w.Name); err != nil {
 			return res, fmt.Errorf("stream %s: %w", w.Name, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -15,19 +14,14 @@ import (
 	"github.com/relayd/relayd/pkg/source"
 )
 
-// backoffReset is how long an attempt must have run for the restart backoff
-// to start over.
-const backoffReset = 5 * time.Minute
-
 // Supervise runs the watch until ctx ends: it restarts it with backoff
-// after any error and recovers panics, so one bad source never stops the
-// others.
+// after any error (starting over after a healthy minute, retry.ResetAfter)
+// and recovers panics, so one bad source never stops the others.
 // Restarts are logged when they start, summarised while they repeat, and
 // when the watch is up again (retry.Failures).
 func (w *Watch) Supervise(ctx context.Context) {
-	backoff := w.o.Backoff
+	backoff := retry.NewDelays(w.o.Backoff, nil)
 	for {
-		t0 := time.Now()
 		err := w.runOnce(ctx)
 		if ctx.Err() != nil {
 			return
@@ -35,9 +29,6 @@ func (w *Watch) Supervise(ctx context.Context) {
 		w.setUp(false)
 		if err != nil {
 			w.lastErr.Store(err.Error())
-		}
-		if time.Since(t0) > backoffReset {
-			backoff = w.o.Backoff
 		}
 		d := backoff.Step()
 		w.restarts.Fail(err, zap.Duration("in", d))
