@@ -40,7 +40,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/config"
@@ -78,6 +77,11 @@ type Conn struct {
 	// starts, as a summary at most once a minute, and when it ends.
 	dialFailures      *retry.Failures
 	reconnectFailures *retry.Failures
+
+	// up is closed while connected, and replaced by an open channel at a
+	// disconnection (Up).
+	upMu sync.Mutex
+	up   chan struct{}
 }
 
 // New returns a Conn; it does no I/O. The connection keys of Config must
@@ -99,6 +103,7 @@ func New(o Options) (*Conn, error) {
 	c.dialFailures = retry.NewFailures(c.log, "cannot connect to NATS")
 	c.reconnectFailures = retry.NewFailures(c.log, "cannot reconnect to NATS")
 	c.reason.Store("connecting")
+	c.up = make(chan struct{})
 	return c, nil
 }
 
@@ -107,14 +112,14 @@ func New(o Options) (*Conn, error) {
 // connected, nats.go reconnects by itself, forever, calling back for the
 // files at every reconnect.
 func (c *Conn) Dial(ctx context.Context) (*nats.Conn, error) {
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
 	var nc *nats.Conn
-	if !retry.Until(ctx, backoff, c.dialFailures, func(context.Context) error {
+	if !retry.Until(ctx, retry.NATS(), c.dialFailures, func(context.Context) error {
 		var err error
 		if nc, err = c.dialOnce(); err != nil {
 			return c.explain(err)
 		}
 		c.nc.Store(nc)
+		c.setUp(nc.IsConnected()) // else a disconnection came first
 		c.setReason("")
 		c.succeeded(c.dialFailures, "connected to NATS", nc)
 		return nil
@@ -135,6 +140,33 @@ func (c *Conn) Reason() string {
 		return "reconnecting"
 	}
 	return s
+}
+
+// Up returns a channel that is closed once the connection is up: at once
+// while it is, else when it (re)connects. Whoever must wait for NATS (the
+// sink's publish retries) waits on it instead of polling. A disconnection
+// seen later gives a new channel: ask again after each wait.
+func (c *Conn) Up() <-chan struct{} {
+	c.upMu.Lock()
+	defer c.upMu.Unlock()
+	return c.up
+}
+
+// setUp records that the connection went up or down (nats.go's handlers,
+// called in order).
+func (c *Conn) setUp(up bool) {
+	c.upMu.Lock()
+	defer c.upMu.Unlock()
+	select {
+	case <-c.up: // up
+		if !up {
+			c.up = make(chan struct{})
+		}
+	default:
+		if up {
+			close(c.up)
+		}
+	}
 }
 
 func (c *Conn) setReason(s string) {
@@ -196,6 +228,7 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 		// may have changed.
 		nats.ConnectHandler(func(*nats.Conn) { c.notify() }),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			c.setUp(true)
 			c.setReason("")
 			c.succeeded(c.reconnectFailures, "reconnected to NATS", nc)
 		}),
@@ -207,6 +240,7 @@ func (c *Conn) dialOnce() (*nats.Conn, error) {
 				c.notify()
 				return // our own Close at shutdown, not an outage
 			}
+			c.setUp(false)
 			if err == nil {
 				err = errors.New("disconnected")
 			}

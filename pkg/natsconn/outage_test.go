@@ -23,7 +23,8 @@ import (
 // connection and again once connected, is logged once when the failures
 // start and once when they end, not at every attempt; Reason says why
 // meanwhile, and "" once connected, and OnReason was last called with what
-// Reason says (readiness is fed by it).
+// Reason says (readiness is fed by it). Up's channel is closed while
+// connected, open while not, and closed by the reconnection.
 func TestOutageIsLoggedOnce(t *testing.T) {
 	srv, err := testenv.StartNATS(testenv.NATSOptions{})
 	if err != nil {
@@ -56,7 +57,8 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Down before the first connection: Dial retries (0.5s, 1s, 2s...).
+	// Down before the first connection: Dial retries (retry.NATS: 0.1s,
+	// 0.2s, 0.4s...).
 	srv.Stop()
 	type dialed struct {
 		nc  *nats.Conn
@@ -88,6 +90,9 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 	if r := c.Reason(); r != "" {
 		t.Errorf("Reason once connected: %q", r)
 	}
+	if !closed(c.Up()) {
+		t.Error("Up not closed once connected")
+	}
 	if err := reportedIs(""); err != nil {
 		t.Error(err)
 	}
@@ -101,6 +106,10 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 		}
 		return reportedIs(c.Reason())
 	})
+	up := c.Up()
+	if closed(up) {
+		t.Error("Up closed while disconnected")
+	}
 	time.Sleep(2 * time.Second)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -114,6 +123,11 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 	if r := c.Reason(); r != "" {
 		t.Errorf("Reason once reconnected: %q", r)
 	}
+	select {
+	case <-up:
+	case <-time.After(10 * time.Second):
+		t.Error("the channel Up gave while disconnected was not closed by the reconnection")
+	}
 	testutil.Eventually(t, 10*time.Second, "OnReason told of the reconnection", func() error { return reportedIs("") })
 	all := logs.TakeAll()
 	if n := countMessage(all, "disconnected from NATS; publishes are held back until it returns"); n != 1 {
@@ -123,6 +137,15 @@ func TestOutageIsLoggedOnce(t *testing.T) {
 }
 
 var errNotYet = errors.New("not yet")
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
 
 func countMessage(entries []observer.LoggedEntry, msg string) int {
 	n := 0

@@ -406,7 +406,7 @@ func (r *relay) connectJetStream() error {
 		JetStream: r.js, Logger: r.log.Named("sink"), Metrics: r.m.Sink, MaxInFlight: n.MaxInFlight,
 		MaxInFlightBytes:     int64(n.MaxInFlightBytesPerWatch),
 		ProcessInFlightBytes: int64(n.MaxInFlightBytes),
-		Connected:            r.nc.IsConnected,
+		Connected:            r.natsc.Up,
 		// Each publish says which stream must store it: another stream
 		// that captured the subjects refuses it instead of storing it
 		// (the checkpoint holds, /readyz says so).

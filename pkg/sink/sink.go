@@ -79,14 +79,16 @@ type Options struct {
 	// ProcessInFlightBytes bounds them for every pipeline of the Sink
 	// together; default 48 MiB.
 	ProcessInFlightBytes int64
-	// RetryBackoff paces retries of a failed publish; default 100ms doubling to 10s, jittered.
+	// RetryBackoff paces retries of a failed publish; default retry.NATS
+	// (100ms doubling to 10s, jittered).
 	RetryBackoff wait.Backoff
-	// Connected reports whether the NATS connection is up (nats.Conn's
-	// IsConnected); nil means always. While it is down a failed publish
-	// is not retried: the client's reconnect buffer already holds the
-	// message once and sends it when NATS returns, and every retry would
-	// add another copy to that buffer (memory that grows with the outage).
-	Connected func() bool
+	// Connected returns a channel closed once the NATS connection is up
+	// (natsconn.Conn's Up: at once while it is); nil means always up. While
+	// it is down a failed publish is not retried, it waits for the
+	// channel: the client's reconnect buffer already holds the message
+	// once and sends it when NATS returns, and every retry would add
+	// another copy to that buffer (memory that grows with the outage).
+	Connected func() <-chan struct{}
 	// EventStream is the stream that must store the events (Entry.Msg);
 	// FollowUpStream that of the follow-up writes (Entry.FollowUp: the
 	// object index bucket's stream, KV_<bucket>). Each publish says so
@@ -192,7 +194,7 @@ func New(o Options) (*Sink, error) {
 		o.after = time.After
 	}
 	if o.RetryBackoff.Duration == 0 {
-		o.RetryBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 1 << 30, Cap: 10 * time.Second}
+		o.RetryBackoff = retry.NATS()
 	}
 	return &Sink{
 		o: o, bytes: semaphore.NewWeighted(o.ProcessInFlightBytes),
@@ -683,9 +685,6 @@ func (p *Pipeline) followUpAcked(ack *jetstream.PubAck) {
 	p.mu.Unlock()
 }
 
-// reconnectPoll is how often a retry waiting for NATS to reconnect looks.
-const reconnectPoll = 100 * time.Millisecond
-
 // await waits for the PubAck of m (*f is its future, nil if the last publish
 // failed synchronously), republishing it (same Msg-Id, stored in to.stream)
 // with backoff until one arrives, and calls onAck with it. It returns false
@@ -736,9 +735,9 @@ func (p *Pipeline) await(ctx context.Context, st *stage, m *event.Message, to ta
 				return false
 			}
 		}
-		for p.s.o.Connected != nil && !p.s.o.Connected() {
+		if p.s.o.Connected != nil {
 			select {
-			case <-time.After(reconnectPoll):
+			case <-p.s.o.Connected():
 			case <-ctx.Done():
 				return false
 			}

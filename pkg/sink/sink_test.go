@@ -354,18 +354,19 @@ func TestIndexWriteFollowsEventAck(t *testing.T) {
 }
 
 // While NATS is disconnected a failed publish is not retried (each retry
-// would add a copy to the client's reconnect buffer); once it is back, the
-// message is republished with its Msg-Id.
+// would add a copy to the client's reconnect buffer): it waits for the
+// Connected channel; once that is closed (NATS is back), the message is
+// republished with its Msg-Id.
 func TestNoRetryWhileDisconnected(t *testing.T) {
 	fake := newFake()
 	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var connected atomic.Bool
+	up := make(chan struct{})
 	s, err := New(Options{JetStream: fake, Logger: zap.NewNop(), Metrics: m, MaxInFlight: 8,
 		RetryBackoff: wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1 << 30},
-		Connected:    connected.Load})
+		Connected:    func() <-chan struct{} { return up }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,9 +376,8 @@ func TestNoRetryWhileDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	fail(fake.next(t), nats.ErrTimeout)
-	time.Sleep(5 * reconnectPoll) // hundreds of 1ms backoff steps
-	fake.none(t)
-	connected.Store(true)
+	fake.none(t) // a hundred 1ms backoff steps
+	close(up)
 	retry := fake.next(t)
 	if got := retry.msg.Header.Get(jetstream.MsgIDHeader); got != "a1" {
 		t.Fatalf("retried %s, want a1", got)
