@@ -8,8 +8,7 @@ import (
 )
 
 // The named retry policies of relayd: every wait between failed attempts
-// follows one of them (docs/ARCHITECTURE.md, "Known debts", lists the
-// loops). Each is an apimachinery wait.Backoff, exponential with jitter so
+// follows one of them. Each is an apimachinery wait.Backoff, exponential with jitter so
 // that replicas and sources fall out of step; the unbounded ones have
 // effectively endless Steps, so that they stop growing only at their Cap.
 
