@@ -13,13 +13,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/relayd/relayd/internal/retry"
@@ -81,7 +79,7 @@ func (c *Checker) AfterRelist(ctx context.Context, r watch.Relisted) error {
 // logged as not made.
 func (c *Checker) check(ctx context.Context, r watch.Relisted) error {
 	rv := r.ResourceVersion
-	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 5 * time.Second}
+	backoff := retry.Check()
 	failures := retry.NewFailures(r.Log, "index consistency check could not read the list or the bucket; retrying", retry.AtLevel(zapcore.WarnLevel))
 	var found error // a difference: the check's result
 	checked := retry.Until(ctx, backoff, failures, func(ctx context.Context) error {

@@ -46,6 +46,15 @@ func Setup() wait.Backoff {
 	return wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: endless, Cap: 30 * time.Second}
 }
 
+// Check is the policy of the tests' index consistency check
+// (internal/indexcheck) while it cannot read the list or the bucket (the
+// fault-injection suite stops the apiserver and NATS): 200ms doubling to
+// 5s, so that the check is made soon after they are back and does not hold
+// up the run.
+func Check() wait.Backoff {
+	return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: endless, Cap: 5 * time.Second}
+}
+
 // Conflict is the policy of a checkpoint write that lost a race with
 // another replica (client-go's retry.RetryOnConflict, in pkg/checkpoint):
 // 8 attempts from 10ms doubling to 1s, about 2s in all (well inside the

@@ -24,6 +24,7 @@ func TestPoliciesFirstDelaysAndCaps(t *testing.T) {
 		{"Watch (watch.relistBackoff defaults)", Watch(time.Second, 5*time.Minute, 2, 0.5), time.Second, 5 * time.Minute},
 		{"NATS", NATS(), 100 * time.Millisecond, 10 * time.Second},
 		{"Setup", Setup(), 500 * time.Millisecond, 30 * time.Second},
+		{"Check", Check(), 200 * time.Millisecond, 5 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			clk := newClock()

@@ -17,7 +17,6 @@ import (
 	"github.com/relayd/relayd/internal/testutil"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/natsconn"
 )
 
@@ -75,7 +74,7 @@ func TestRetryWaitsForTheReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
+	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
