@@ -127,3 +127,45 @@ func TestUnpublishableChangeStallsTheSource(t *testing.T) {
 		t.Errorf("relayd_events_unencodable_total{cms} = %v, want 0", v)
 	}
 }
+
+// Events of every size around the NATS max payload are stored: the encoder
+// leaves room for the header the sink adds to each publish
+// (Nats-Expected-Stream), so no event that fits as encoded is refused by
+// the client. Those that do not fit go as references. (An event within
+// that header's bytes of the limit used to be refused at every retry, and
+// its source stalled.)
+func TestEventsAroundTheMaxPayloadAreStored(t *testing.T) {
+	const maxPayload = 2048
+	n := testenv.NATST(t, testenv.NATSOptions{MaxPayload: maxPayload})
+	f := newFixture(t, env, n, cmSource)
+	r := f.start(nil, true)
+	// The payload grows by 8 bytes from one object to the next, from well
+	// under the limit to over it: some land within the header's bytes of it.
+	var want []func(msg) bool
+	for i := range 100 {
+		name := fmt.Sprintf("s-%03d", i)
+		f.createCM(name, nil, map[string]string{"v": strings.Repeat("x", 800+8*i)})
+		want = append(want, isEvent("added", name, ""))
+	}
+	got := f.waitStored(60*time.Second, want...)
+	full, refs := 0, 0
+	for _, m := range got {
+		if !strings.HasPrefix(m.Env.K8sName, "s-") {
+			continue
+		}
+		switch m.Env.RelaydPayload {
+		case "full":
+			full++
+		case "reference":
+			refs++
+		}
+	}
+	if full == 0 || refs == 0 {
+		t.Errorf("%d full events and %d references: the sizes did not straddle the max payload", full, refs)
+	}
+	for _, reason := range []string{"error", "unencodable"} {
+		if v := metricValue(t, r.reg, "relayd_publish_errors_total", map[string]string{"source": "cms", "reason": reason}); v != 0 {
+			t.Errorf("relayd_publish_errors_total{cms,%s} = %v, want 0", reason, v)
+		}
+	}
+}

@@ -51,7 +51,7 @@ func (r *relay) newWatches(src *config.Source, b *index.Bucket) []*watch.Watch {
 	for _, ns := range namespaces {
 		ws = append(ws, watch.New(watch.Options{
 			Source: src, Namespace: ns, Config: r.cfg, Logger: r.log, Metrics: r.m.Watch,
-			Shaping: shaping, FingerprintKey: r.fpKey, MaxPayload: int(r.nc.MaxPayload()), Backoff: r.relistBackoff(),
+			Shaping: shaping, FingerprintKey: r.fpKey, MaxPayload: int(r.nc.MaxPayload()) - r.sink.HeaderBytes(), Backoff: r.relistBackoff(),
 			Pipelines: pipelines{r.sink}, Positions: r.store, Events: r.events, Bucket: b,
 			Ready: r.ready.Waiter(condCheckpoints, condNATS), Resolver: resolver, Watchers: watchers{kube}, Self: self,
 			State: r, AfterRelist: check,

@@ -542,18 +542,52 @@ func (p *Pipeline) publish(m *event.Message, to target) (jetstream.PubAckFuture,
 	return p.s.o.JetStream.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data, Header: h})
 }
 
-// publishCounted publishes m as a new in-flight message; a synchronous
-// failure is counted and yields a nil future (await retries it).
+// publishCounted publishes m as a new in-flight message (see
+// publishFuture).
 func (p *Pipeline) publishCounted(m *event.Message, to target) jetstream.PubAckFuture {
 	p.mu.Lock()
 	p.unacked++
 	p.mu.Unlock()
 	p.inFlight.Inc()
+	return p.publishFuture(m, to)
+}
+
+// publishFuture publishes m; a synchronous failure (the client's reconnect
+// buffer full, the message over the server's max payload) yields a future
+// that fails with it at once, so that await counts it, logs it and retries
+// it like a publish that timed out: a stall is never silent.
+func (p *Pipeline) publishFuture(m *event.Message, to target) jetstream.PubAckFuture {
 	f, err := p.publish(m, to)
 	if err != nil {
-		p.countError(err)
+		return failedFuture{err: err, msg: m}
 	}
 	return f
+}
+
+// failedFuture is the future of a publish that failed before it was sent.
+type failedFuture struct {
+	err error
+	msg *event.Message
+}
+
+func (f failedFuture) Ok() <-chan *jetstream.PubAck { return nil }
+func (f failedFuture) Err() <-chan error {
+	c := make(chan error, 1)
+	c <- f.err
+	return c
+}
+func (f failedFuture) Msg() *nats.Msg {
+	return &nats.Msg{Subject: f.msg.Subject, Data: f.msg.Data, Header: nats.Header(f.msg.Header)}
+}
+
+// HeaderBytes is what the sink adds to each event message it publishes
+// (the Nats-Expected-Stream header): the encoder's max payload must leave
+// it room, or an event that fits as encoded would be refused by the client.
+func (s *Sink) HeaderBytes() int {
+	if s.events.stream == "" {
+		return 0
+	}
+	return len(jetstream.ExpectedStreamHeader) + len(": ") + len(s.events.stream) + len("\r\n")
 }
 
 func (p *Pipeline) countError(err error) {
@@ -742,11 +776,7 @@ func (p *Pipeline) await(ctx context.Context, st *stage, m *event.Message, to ta
 				return false
 			}
 		}
-		nf, perr := p.publish(m, to)
-		if perr != nil {
-			p.countError(perr)
-		}
-		*f = nf
+		*f = p.publishFuture(m, to)
 	}
 }
 

@@ -175,9 +175,10 @@ type Options struct {
 	// (nats.index.fingerprintKeyFile; nil: unkeyed). The Bucket must store
 	// them under its ID (index.BucketOptions.FingerprintKeyID).
 	FingerprintKey *event.FingerprintKey
-	// MaxPayload is the NATS server's max payload (events above it are sent
-	// as references, or without data; a change that fits not even so stalls
-	// the watch: see Watch.encode).
+	// MaxPayload is the NATS server's max payload less what the sink adds
+	// to each event (sink.Sink.HeaderBytes): events above it are sent as
+	// references, or without data; a change that fits not even so stalls
+	// the watch (see Watch.encode).
 	MaxPayload int
 	// Backoff is the restart backoff (watch.relistBackoff), unstepped: the
 	// watch and its watcher step copies of it.
