@@ -583,11 +583,15 @@ func (f failedFuture) Msg() *nats.Msg {
 // HeaderBytes is what the sink adds to each event message it publishes
 // (the Nats-Expected-Stream header): the encoder's max payload must leave
 // it room, or an event that fits as encoded would be refused by the client.
-func (s *Sink) HeaderBytes() int {
-	if s.events.stream == "" {
+func (s *Sink) HeaderBytes() int { return HeaderBytes(s.events.stream) }
+
+// HeaderBytes is what a sink whose events go to stream adds to each event
+// message (0 for "": no stream said).
+func HeaderBytes(stream string) int {
+	if stream == "" {
 		return 0
 	}
-	return len(jetstream.ExpectedStreamHeader) + len(": ") + len(s.events.stream) + len("\r\n")
+	return len(jetstream.ExpectedStreamHeader) + len(": ") + len(stream) + len("\r\n")
 }
 
 func (p *Pipeline) countError(err error) {

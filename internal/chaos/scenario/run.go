@@ -416,7 +416,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.Err = err
 		return res
 	}
-	e, stopOwn, err := ownNATS(e, s, cluster, ns)
+	e, stopOwn, err := ownNATS(e, s, cluster, ns, stream)
 	if err != nil {
 		res.Err = err
 		return res

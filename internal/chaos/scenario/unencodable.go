@@ -5,9 +5,12 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/relayd/relayd/internal/chaos/record"
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/sink"
 )
 
 // Changes whose events fit the NATS max payload only without data
@@ -60,13 +63,18 @@ func unencodableNames(s Scenario, kinds []record.Kind, objects int) []string {
 	return out
 }
 
-// unencodablePayload is the max payload for the run's cluster and
-// namespace: the largest event without data of a long-named object (a
-// resync delete of a resourceVersion of 20 digits), checked to be smaller
-// than its smallest reference event (an add of a resourceVersion of one
-// digit).
-func unencodablePayload(cluster, ns string, kinds []record.Kind) (int32, error) {
+// unencodablePayload is the max payload for the run's cluster, namespace
+// and stream: the largest event without data of a long-named object (a
+// resync delete of a resourceVersion of 20 digits, or a change of one that
+// names the writer as its author, docs/CONSUMING.md "Who changed it"), plus
+// the header the sink adds to each publish, checked to be smaller than its
+// smallest reference event (an add of a resourceVersion of one digit).
+func unencodablePayload(cluster, ns, stream string, kinds []record.Kind) (int32, error) {
 	long := strings.Repeat("x", longNameLen)
+	author, err := writerAuthor()
+	if err != nil {
+		return 0, err
+	}
 	largest, smallestRef := 0, 0
 	for _, k := range kinds {
 		res := event.Resource{Group: k.GVR.Group, Version: k.GVR.Version, Resource: k.GVR.Resource, Kind: k.Kind, Namespaced: true}
@@ -75,21 +83,27 @@ func unencodablePayload(cluster, ns string, kinds []record.Kind) (int32, error) 
 			if err != nil {
 				return event.Message{}, err
 			}
-			return enc.Encode(&event.Change{Type: t, Origin: event.OriginResync, Time: time.Now(), Resource: res, FinalStateUnknown: t == event.Deleted,
-				Meta: event.Meta{Namespace: ns, Name: long, UID: strings.Repeat("0", 36), ResourceVersion: rv}})
+			c := event.Change{Type: t, Origin: event.OriginResync, Time: time.Now(), Resource: res, FinalStateUnknown: t == event.Deleted,
+				Meta: event.Meta{Namespace: ns, Name: long, UID: strings.Repeat("0", 36), ResourceVersion: rv}}
+			if t != event.Deleted {
+				c.Author = author
+			}
+			return enc.Encode(&c)
 		}
-		big, err := encode(strings.Repeat("9", 20), event.Deleted, 0)
-		if err != nil {
-			return 0, err
-		}
-		if big, err = encode(strings.Repeat("9", 20), event.Deleted, big.Size()-1); err != nil || !big.Unencodable {
-			return 0, fmt.Errorf("%s: no event without data (%v)", k.Source, err)
+		for _, t := range []event.Type{event.Deleted, event.Modified} {
+			big, err := encode(strings.Repeat("9", 20), t, 0)
+			if err != nil {
+				return 0, err
+			}
+			if big, err = encode(strings.Repeat("9", 20), t, big.Size()-1); err != nil || !big.Unencodable {
+				return 0, fmt.Errorf("%s: no event without data (%v)", k.Source, err)
+			}
+			largest = max(largest, big.Size())
 		}
 		ref, err := encode("1", event.Added, 0)
 		if err != nil {
 			return 0, err
 		}
-		largest = max(largest, big.Size())
 		if smallestRef == 0 || ref.Size() < smallestRef {
 			smallestRef = ref.Size()
 		}
@@ -97,17 +111,30 @@ func unencodablePayload(cluster, ns string, kinds []record.Kind) (int32, error) 
 	if largest >= smallestRef {
 		return 0, fmt.Errorf("no max payload fits every event without data (%d bytes) and no reference event (%d bytes)", largest, smallestRef)
 	}
-	return int32(largest), nil
+	return int32(largest + sink.HeaderBytes(stream)), nil
+}
+
+// writerAuthor is who the writer's changes name: the field manager the
+// apiserver derives from the writer's user agent (client-go's default:
+// the binary's name), operation Update.
+func writerAuthor() (event.Author, error) {
+	manager, _, _ := strings.Cut(rest.DefaultKubernetesUserAgent(), "/")
+	raw := fmt.Sprintf(`{"metadata":{"name":"x","managedFields":[{"manager":%q,"operation":"Update","time":"2026-01-01T00:00:00Z"}]}}`, manager)
+	o, err := event.ParseObject([]byte(raw))
+	if err != nil {
+		return event.Author{}, err
+	}
+	return o.Author(), nil
 }
 
 // ownNATS returns e with a NATS server of the run's own, whose max payload
 // fits the long-named objects' events only without data, and a func that
 // shuts it down; e itself when s has no UnencodableEvery.
-func ownNATS(e *Env, s Scenario, cluster, ns string) (*Env, func(), error) {
+func ownNATS(e *Env, s Scenario, cluster, ns, stream string) (*Env, func(), error) {
 	if s.UnencodableEvery <= 0 {
 		return e, func() {}, nil
 	}
-	limit, err := unencodablePayload(cluster, ns, writerKinds(s))
+	limit, err := unencodablePayload(cluster, ns, stream, writerKinds(s))
 	if err != nil {
 		return nil, nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 	}
