@@ -66,6 +66,10 @@ type CatchUpOf struct {
 	// from a checkpoint (and so republishes what came after it), not for a
 	// whole-stream read.
 	Legacy bool
+	// EpochOnly reads only CatchUpResult.Epoch: the index is left as it is
+	// (a watch that relists because its bucket was lost, and whose epoch
+	// floor went with the bucket).
+	EpochOnly bool
 }
 
 // Fix is one correction a catch-up found: the bucket's entry of UID must
@@ -88,6 +92,10 @@ type CatchUpResult struct {
 	Legacy map[string]struct{}
 	// Foreign is how many messages in the range another publisher wrote.
 	Foreign int
+	// Epoch is the highest relaydepoch of the watch's messages in the
+	// range (0: none): a relist after it must take a higher one, or its
+	// sync markers would repeat Nats-Msg-Ids JetStream drops as duplicates.
+	Epoch uint64
 	// Last holds, with Legacy (a resume from the checkpoint), the
 	// resourceVersion of the last message of each object of the watch in
 	// the range (uid -> resourceVersion): the watch replays the changes
@@ -180,6 +188,7 @@ func (s *CatchUpReader) readShared(ctx context.Context, qs []catchUpCall) ([]Cat
 		for _, a := range r.watches[watchKey(q.c.Source, q.c.Namespace)] {
 			if a.x == q.x {
 				out[i].Read, out[i].Fixes, out[i].Legacy, out[i].Foreign, out[i].Last = r.read-a.readFrom, a.fixes(), a.legacy, a.foreign, a.last
+				out[i].Epoch = a.epoch
 			}
 		}
 	}
@@ -249,6 +258,7 @@ type applier struct {
 
 	legacy       map[string]struct{} // see CatchUpResult.Legacy
 	last         map[string]string   // see CatchUpResult.Last
+	epoch        uint64              // see CatchUpResult.Epoch
 	foreign      int                 // see CatchUpResult.Foreign
 	firstForeign uint64              // the stream sequence of the first
 	why          string              // and what was wrong with it
@@ -341,6 +351,10 @@ func (r *reader) reached(seq uint64) {
 
 // apply applies an object event of the watch that relayd wrote.
 func (a *applier) apply(h nats.Header, env *event.Envelope) {
+	a.epoch = max(a.epoch, env.RelaydEpoch)
+	if a.c.EpochOnly {
+		return
+	}
 	if a.c.Legacy && h.Get(event.HeaderMsgID) == env.RelaydSource+"/"+env.ID { // stored by an older relayd
 		if a.legacy == nil {
 			a.legacy = map[string]struct{}{}

@@ -509,3 +509,52 @@ func TestCheckpointLostBeforeTheFirstObject(t *testing.T) {
 		t.Errorf("relayd_relists_total{no-checkpoint} = %v, want 1", v)
 	}
 }
+
+// A run that crashed during a relist left its epoch on the stream only (the
+// checkpoint had not moved yet); its bucket, with the epoch floor, is then
+// deleted. The next relist (index-lost) takes a higher epoch than the one on
+// the stream, read from the checkpoint's stream sequence on: reused, its
+// sync markers would repeat the crashed run's Nats-Msg-Ids and JetStream
+// would drop them as duplicates (a resync without markers).
+func TestIndexLostRelistNeverReusesAnEpochOnTheStream(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]`)
+	f.createCM("a", nil, nil)
+	r := f.start(nil, true)
+	f.waitStored(20*time.Second, isSync("completed"))
+	key := "cms." + f.ns
+	f.eventually(10*time.Second, "checkpoint", func() error {
+		if cp := f.checkpoints()[key]; cp.Index == nil || cp.Epoch != 1 {
+			return fmt.Errorf("checkpoint %+v, want epoch 1 with an index reference", cp)
+		}
+		return nil
+	})
+	r.stop(t)
+
+	// The crashed run's relist: epoch 2, stored, never checkpointed.
+	enc, err := event.NewEncoder(event.EncoderOptions{Cluster: f.cluster, Source: "cms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := enc.Control(event.SyncEvent{Namespace: f.ns, Epoch: 2, Reason: event.RelistIndexLost, Time: time.Now()})
+	if _, err := f.js.PublishMsg(t.Context(), &nats.Msg{Subject: m.Subject, Header: nats.Header(m.Header), Data: m.Data}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.js.DeleteKeyValue(t.Context(), "relayd-index-"+f.cluster); err != nil {
+		t.Fatal(err)
+	}
+	all := f.stored()
+	before := all[len(all)-1].Seq
+	f.start(nil, true)
+	ms := f.waitStored(20*time.Second, func(m msg) bool { return m.Seq > before && isSync("completed")(m) })
+	started := markers(ms, "cms", "started", before)
+	if len(started) == 0 || started[0].Env.RelaydEpoch != 3 || syncOf(t, started[0]).Reason != string(event.RelistIndexLost) {
+		t.Fatalf("sync.started after the bucket was lost: %v, want one of epoch 3, reason index-lost", started)
+	}
+	if c := markers(ms, "cms", "completed", before); len(c) == 0 || c[0].Env.RelaydEpoch != 3 {
+		t.Errorf("sync.completed after the bucket was lost: %v, want epoch 3", c)
+	}
+}

@@ -124,6 +124,16 @@ func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (event.Reli
 	if err := w.catchUp(ctx, plan.CatchUpFrom, !plan.WholeStream); err != nil {
 		return "", fmt.Errorf("catching the index up with stream %q: %w", w.o.Config.NATS.Stream.Name, err)
 	}
+	if plan.Relist == event.RelistIndexLost && pos.StreamSeq > 0 {
+		// A lost bucket took its epoch floor with it, and a run that
+		// crashed during a relist left a higher epoch than the checkpoint's
+		// on the stream only: read it there, from the checkpoint on.
+		res, err := w.o.Events.CatchUp(ctx, w.log, w.ix.idx, index.CatchUpOf{Source: w.o.Source.Name, Namespace: w.o.Namespace, From: pos.StreamSeq, EpochOnly: true})
+		if err != nil {
+			return "", fmt.Errorf("reading the last epoch from stream %q: %w", w.o.Config.NATS.Stream.Name, err)
+		}
+		w.ix.epochFloor = max(w.ix.epochFloor, res.Epoch)
+	}
 	return plan.Relist, nil
 }
 
@@ -146,6 +156,7 @@ func (w *Watch) catchUp(ctx context.Context, from uint64, legacy bool) error {
 	if err != nil || from == 0 || from > res.To {
 		return err
 	}
+	w.ix.epochFloor = max(w.ix.epochFloor, res.Epoch)
 	w.ix.fences = res.Last
 	if w.ix.legacy = res.Legacy; len(res.Legacy) > 0 {
 		w.log.Info("changes after the checkpoint were stored by an older relayd; their replays keep its Nats-Msg-Ids",
