@@ -328,8 +328,11 @@ func TestBackpressureHoldsTheWindowAndLosesNothing(t *testing.T) {
 		}
 		bookmarkSlots = b - bookmarksBefore
 		v, err := s.metric("relayd_publish_in_flight", src)
-		if err == nil && (v != 8-bookmarkSlots || v == 0) {
-			err = fmt.Errorf("relayd_publish_in_flight = %v, want 8 (nats.maxInFlight) less %v bookmarks read since NATS stopped", v, bookmarkSlots)
+		// A bookmark read before the first change of the outage holds no
+		// slot (nothing before it waits): each one read since NATS
+		// stopped takes at most one.
+		if err == nil && (v < 8-bookmarkSlots || v > 8 || v == 0) {
+			err = fmt.Errorf("relayd_publish_in_flight = %v, want 8 (nats.maxInFlight) less at most %v bookmarks read since NATS stopped", v, bookmarkSlots)
 		}
 		return err
 	})

@@ -106,7 +106,7 @@ func (r *relay) runSource(ctx context.Context, ws []*watch.Watch) {
 			if err := w.Pipe().Drain(drainCtx); err != nil {
 				r.log.Warn("drain incomplete", zap.String("source", name), zap.String("namespace", w.Namespace()), zap.Error(err),
 					zap.String("effect", "events not acknowledged were not checkpointed: whoever runs the source next replays them"))
-			} else {
+			} else if !w.Replaying() { // a replay's position must keep the checkpoint's sequence
 				r.store.Settle(w.Key(), r.sink.NextStreamSeq())
 			}
 		})

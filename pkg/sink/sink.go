@@ -244,6 +244,12 @@ type Entry struct {
 	Origin event.Origin
 	// Bookmark marks an entry that is a bookmark.
 	Bookmark bool
+	// StreamSeqCap, when set, caps the stream sequence its Advance
+	// reports (Advance.StreamSeq): a watch replaying what an earlier run
+	// stored after its checkpoint sets it to that checkpoint's sequence,
+	// for the replays are duplicates of messages stored before the ones
+	// this process has acked.
+	StreamSeqCap uint64
 }
 
 type eventKey struct {
@@ -418,6 +424,9 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	// Every copy of this entry's messages is published from now on, so it
 	// is stored after every message acked so far.
 	pe.fromSeq = p.s.NextStreamSeq()
+	if e.StreamSeqCap > 0 {
+		pe.fromSeq = min(pe.fromSeq, e.StreamSeqCap)
+	}
 	p.mu.Lock()
 	if first != nil {
 		pe.done = make(chan struct{})

@@ -30,7 +30,7 @@ func (w *Watch) handle(ctx context.Context, it *source.Item) error {
 	case source.ItemObject:
 		return w.handleObject(ctx, it)
 	case source.ItemBookmark:
-		return w.pipe.Submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, Bookmark: true})
+		return w.submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, Bookmark: true})
 	case source.ItemSyncStarted:
 		return w.syncStarted(ctx, it)
 	case source.ItemSyncCompleted:
@@ -107,9 +107,9 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	switch {
 	case c.suppress:
 		w.suppressed.Inc()
-		return w.pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+		return w.submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 	case c.replay:
-		return w.pipe.Submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+		return w.submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 	case !c.publish:
 		return nil
 	}
@@ -127,7 +127,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	e := sink.Entry{FollowUp: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch}
 	if !w.filter[c.typ] {
 		w.filtered.Inc()
-		return w.pipe.Submit(ctx, e)
+		return w.submit(ctx, e)
 	}
 	var buf *[]byte // binary mode: the payload is the event's body, not reusable
 	if !w.enc.Options().Binary {
@@ -149,7 +149,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	}
 	w.replayID(&msg)
 	e.Msg, e.ReadAt, e.Type, e.Origin = &msg, it.ReadAt, c.typ, it.Origin
-	return w.pipe.Submit(ctx, e)
+	return w.submit(ctx, e)
 }
 
 // payloadBufs are the buffers a structured event's payload is built in
@@ -245,6 +245,29 @@ func (w *Watch) control(s event.SyncEvent) event.Message {
 	return msg
 }
 
+// submit hands e to the pipeline. While the watch replays what its
+// previous run stored after the checkpoint (up to the highest
+// resourceVersion among its fences), the positions it reaches keep that
+// checkpoint's stream sequence: the replays are
+// duplicates of messages stored before the ones this process acks, and a
+// crash must catch up from where they are, or it would miss their fences
+// (sink.Entry.StreamSeqCap).
+func (w *Watch) submit(ctx context.Context, e sink.Entry) error {
+	if w.ix.fenceUntil > 0 {
+		if rv, err := strconv.ParseUint(e.ResourceVersion, 10, 64); err != nil || rv <= w.ix.fenceUntil {
+			e.StreamSeqCap = w.ix.fenceFrom
+		} else {
+			w.ix.fenceUntil = 0 // past every message stored after the checkpoint
+		}
+	}
+	return w.pipe.Submit(ctx, e)
+}
+
+// Replaying reports whether the watch has not yet passed every object's
+// last message that an earlier run stored after the checkpoint. Call it
+// from the watch's goroutine, or once Supervise returned.
+func (w *Watch) Replaying() bool { return w.ix.fenceUntil > 0 }
+
 // syncStarted begins comparing a list with the index and publishes
 // sync.started, after recording its epoch in the bucket.
 func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
@@ -258,10 +281,10 @@ func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
 	// between the two the other way round, the next relist would reuse this
 	// epoch, and JetStream would drop its markers as duplicates of this
 	// one's. A skipped epoch is harmless.
-	if err := w.pipe.Submit(ctx, sink.Entry{FollowUp: w.o.Bucket.EpochMsg(w.ix.prefix, it.Epoch), ObjectKey: epochGate, Epoch: it.Epoch}); err != nil {
+	if err := w.submit(ctx, sink.Entry{FollowUp: w.o.Bucket.EpochMsg(w.ix.prefix, it.Epoch), ObjectKey: epochGate, Epoch: it.Epoch}); err != nil {
 		return err
 	}
-	if err := w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ObjectKey: epochGate, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
+	if err := w.submit(ctx, sink.Entry{Msg: &msg, ObjectKey: epochGate, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
 		return err
 	}
 	// The list's events are bracketed on the stream, not only in the order
@@ -285,7 +308,7 @@ func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
 	it.Sync.Counts = w.counts
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "completed").Inc()
 	msg := w.control(it.Sync)
-	if err := w.pipe.Submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
+	if err := w.submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
 		return err
 	}
 	w.ix.relist = ""
@@ -311,7 +334,7 @@ func (w *Watch) syncDeleted(ctx context.Context, epoch uint64, readAt time.Time)
 		e := sink.Entry{FollowUp: b.DeleteMsg(w.ix.prefix, o.UID), ObjectKey: o.UID, Epoch: epoch}
 		if !w.filter[event.Deleted] {
 			w.filtered.Inc()
-			return w.pipe.Submit(ctx, e)
+			return w.submit(ctx, e)
 		}
 		msg, err := w.encode(&event.Change{
 			Type: event.Deleted, Origin: event.OriginResync, Epoch: epoch, Time: readAt.UTC(),
@@ -323,7 +346,7 @@ func (w *Watch) syncDeleted(ctx context.Context, epoch uint64, readAt time.Time)
 		}
 		w.replayID(&msg)
 		e.Msg, e.ReadAt, e.Type, e.Origin = &msg, readAt, event.Deleted, event.OriginResync
-		return w.pipe.Submit(ctx, e)
+		return w.submit(ctx, e)
 	})
 	w.setTracked(w.ix.idx.Len())
 	return err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 
 	"go.uber.org/zap"
 
@@ -157,7 +159,14 @@ func (w *Watch) catchUp(ctx context.Context, from uint64, legacy bool) error {
 		return err
 	}
 	w.ix.epochFloor = max(w.ix.epochFloor, res.Epoch)
-	w.ix.fences = res.Last
+	w.ix.fences, w.ix.fenceFrom, w.ix.fenceUntil = res.Last, from, 0
+	for _, rv := range res.Last {
+		n, err := strconv.ParseUint(rv, 10, 64)
+		if err != nil {
+			n = math.MaxUint64 // not comparable: keep the checkpoint's sequence
+		}
+		w.ix.fenceUntil = max(w.ix.fenceUntil, n)
+	}
 	if w.ix.legacy = res.Legacy; len(res.Legacy) > 0 {
 		w.log.Info("changes after the checkpoint were stored by an older relayd; their replays keep its Nats-Msg-Ids",
 			zap.Int("changes", len(res.Legacy)))

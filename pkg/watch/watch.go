@@ -256,6 +256,10 @@ type indexState struct {
 	// (index.CatchUpResult.Last): watch events of older versions are
 	// replays and are not published again (Watch.replayed).
 	fences map[string]string
+	// fenceFrom is the stream sequence the fences were read from (the
+	// checkpoint's), fenceUntil the highest resourceVersion among them (0:
+	// passed): see Watch.submit.
+	fenceFrom, fenceUntil uint64
 }
 
 // New returns the watch of o.Source in o.Namespace.

@@ -126,6 +126,7 @@ func (b *fakeBucket) EpochMsg(prefix string, epoch uint64) *event.Message {
 type fakeStream struct {
 	fixes []index.Fix
 	from  []uint64
+	last  map[string]string // CatchUpResult.Last (the replay fences)
 }
 
 func (s *fakeStream) CatchUp(_ context.Context, _ *zap.Logger, x *index.Index, c index.CatchUpOf) (index.CatchUpResult, error) {
@@ -137,7 +138,7 @@ func (s *fakeStream) CatchUp(_ context.Context, _ *zap.Logger, x *index.Index, c
 			x.Put(f.Object)
 		}
 	}
-	return index.CatchUpResult{To: 100, Read: len(s.fixes), Fixes: s.fixes}, nil
+	return index.CatchUpResult{To: 100, Read: len(s.fixes), Fixes: s.fixes, Last: s.last}, nil
 }
 
 // fakeWatcher delivers its items to the handler on its first run, records
@@ -480,6 +481,28 @@ func TestEachSubmittedMessageKeepsItsObject(t *testing.T) {
 			}
 		})
 	}
+}
+
+// While the watch replays what its previous run stored after the
+// checkpoint (until it passed every object's last message there), the
+// positions it submits keep the checkpoint's stream sequence: a crash must
+// catch up from there, or it would miss the replay's fences.
+func TestReplayKeepsTheCheckpointsStreamSequence(t *testing.T) {
+	fw := &fakeWatcher{}
+	r := newRig(t, "cms", fw)
+	fw.items = []source.Item{
+		{Kind: source.ItemObject, Type: event.Modified, Origin: event.OriginWatch, ResourceVersion: "21", Object: r.obj(t, "u-f", "f", "21", "x")},
+		{Kind: source.ItemObject, Type: event.Modified, Origin: event.OriginWatch, ResourceVersion: "22", Object: r.obj(t, "u-e", "e", "22", "x")},
+		{Kind: source.ItemObject, Type: event.Modified, Origin: event.OriginWatch, ResourceVersion: "23", Object: r.obj(t, "u-g", "g", "23", "x")},
+	}
+	r.pos[checkpoint.Key("cms", "ns")] = checkpoint.Position{ResourceVersion: "20", Index: &index.Ref{Generation: "g1", Seq: 7}, StreamSeq: 40}
+	r.stream.last = map[string]string{"u-e": "22"} // e's last message after the checkpoint
+	r.run(t, 1)
+	var got []string
+	for _, e := range r.pipe.entries {
+		got = append(got, fmt.Sprintf("%s cap %d", e.ResourceVersion, e.StreamSeqCap))
+	}
+	sameLines(t, "entries", got, []string{"21 cap 40", "22 cap 40", "23 cap 0"})
 }
 
 // A source that does not publish modified events still indexes them: the
