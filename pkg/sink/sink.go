@@ -259,7 +259,7 @@ type eventKey struct {
 
 type pending struct {
 	e            Entry
-	future       jetstream.PubAckFuture // of the first message (Msg, else FollowUp); nil if its publish failed synchronously
+	future       jetstream.PubAckFuture // of the first message (Msg, else FollowUp); never nil (publishFuture)
 	followFuture jetstream.PubAckFuture // of FollowUp when it follows Msg
 	done         chan struct{}          // closed when done (releases the object gate)
 	fromSeq      uint64                 // every copy of Msg, and of later entries' messages, is stored at or after this event-stream sequence
@@ -436,8 +436,9 @@ func (p *Pipeline) Submit(ctx context.Context, e Entry) error {
 	}
 	p.mu.Unlock()
 	if first != nil {
-		// A failed publish (e.g. disconnected with a full reconnect buffer)
-		// leaves a nil future: the pipeline goroutine retries it in order.
+		// A publish that fails before it is sent (e.g. a full reconnect
+		// buffer) gets a future that fails at once: the pipeline goroutine
+		// retries it in order.
 		pe.future = p.publishCounted(first, firstTo)
 		failpoint.Inject(failpoint.SinkAfterPublish)
 	}
@@ -732,8 +733,8 @@ func (p *Pipeline) followUpAcked(ack *jetstream.PubAck) {
 	p.mu.Unlock()
 }
 
-// await waits for the PubAck of m (*f is its future, nil if the last publish
-// failed synchronously), republishing it (same Msg-Id, stored in to.stream)
+// await waits for the PubAck of m (*f is its future; one that failed before
+// it was sent fails at once, see publishFuture), republishing it (same Msg-Id, stored in to.stream)
 // with backoff until one arrives, and calls onAck with it. It returns false
 // only when the pipeline is closed. st is the stage's retry state: the
 // failures of one outage are one run, and after a retried publish is acked
@@ -742,39 +743,35 @@ func (p *Pipeline) await(ctx context.Context, st *stage, m *event.Message, to ta
 	backoff := p.s.o.RetryBackoff
 	for attempt := 0; ; attempt++ {
 		var err error
-		if *f != nil {
-			select {
-			case ack := <-(*f).Ok():
-				p.inFlight.Dec()
-				p.mu.Lock()
-				p.unacked--
-				p.mu.Unlock()
-				onAck(ack)
-				st.resumed.Store(attempt > 0)
-				if attempt > 0 {
-					p.s.undeliverable.set(p, to.stream, "")
-				}
-				// One run of failures per outage, not one per entry of the
-				// window: it ends at a first publish acked, or when
-				// nothing waits behind this one.
-				if st.failures.Failing() > 0 && (attempt == 0 || p.waiting(st) == 0) {
-					st.failures.OK(zap.String("subject", m.Subject), zap.String("stream", to.stream), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
-				}
-				return true
-			case err = <-(*f).Err():
-				p.countError(err)
-			case <-ctx.Done():
-				return false
+		select {
+		case ack := <-(*f).Ok():
+			p.inFlight.Dec()
+			p.mu.Lock()
+			p.unacked--
+			p.mu.Unlock()
+			onAck(ack)
+			st.resumed.Store(attempt > 0)
+			if attempt > 0 {
+				p.s.undeliverable.set(p, to.stream, "")
 			}
-		}
-		if err != nil {
-			fields := []zap.Field{zap.String("subject", m.Subject), zap.String("stream", to.stream), zap.String("msgId", m.MsgID), zap.Int("attempt", attempt+1)}
-			if why := undeliverableReason(err, to); why != "" {
-				p.s.undeliverable.set(p, to.stream, why)
-				fields = append(fields, zap.String("why", why))
+			// One run of failures per outage, not one per entry of the
+			// window: it ends at a first publish acked, or when
+			// nothing waits behind this one.
+			if st.failures.Failing() > 0 && (attempt == 0 || p.waiting(st) == 0) {
+				st.failures.OK(zap.String("subject", m.Subject), zap.String("stream", to.stream), zap.String("msgId", m.MsgID), zap.Int("attempts", attempt+1))
 			}
-			st.failures.Fail(err, fields...)
+			return true
+		case err = <-(*f).Err():
+			p.countError(err)
+		case <-ctx.Done():
+			return false
 		}
+		fields := []zap.Field{zap.String("subject", m.Subject), zap.String("stream", to.stream), zap.String("msgId", m.MsgID), zap.Int("attempt", attempt+1)}
+		if why := undeliverableReason(err, to); why != "" {
+			p.s.undeliverable.set(p, to.stream, why)
+			fields = append(fields, zap.String("why", why))
+		}
+		st.failures.Fail(err, fields...)
 		if attempt > 0 || !st.resumed.Load() {
 			select {
 			case <-p.s.o.after(backoff.Step()):
