@@ -709,3 +709,41 @@ func TestDiscardDuringAConflictedWriteLeavesTheNewOwnersPosition(t *testing.T) {
 	mustLoad(t, fresh)
 	wantPos(t, fresh, "k", "20", 1)
 }
+
+// Settle raises only positions this process advanced: a key loaded from
+// the ConfigMap and never advanced here may belong to a watch that another
+// replica, or a crashed run, left behind a stream it has not read, so its
+// stream sequence stays where it was stored.
+func TestSettleRaisesOnlyKeysAdvancedHere(t *testing.T) {
+	admin := env.Clientset(t, false)
+	ns := env.Namespace(t)
+	a := newStore(t, admin.CoreV1(), ns, nil)
+	mustLoad(t, a)
+	a.Advance("loaded", Position{ResourceVersion: "50", Epoch: 2, StreamSeq: 7}, false)
+	if err := a.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newStore(t, admin.CoreV1(), ns, nil)
+	mustLoad(t, b)
+	b.Advance("moved", Position{ResourceVersion: "60", Epoch: 1, StreamSeq: 9}, false)
+	b.Settle("loaded", 100)
+	b.Settle("moved", 100)
+	b.Settle("unknown", 100)
+	b.Settle("moved", 40) // never lowered
+	if err := b.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	c := newStore(t, admin.CoreV1(), ns, nil)
+	mustLoad(t, c)
+	if p := wantPos(t, c, "loaded", "50", 2); p.StreamSeq != 7 {
+		t.Errorf("a key never advanced here was settled: streamSeq %d, want the stored 7", p.StreamSeq)
+	}
+	if p := wantPos(t, c, "moved", "60", 1); p.StreamSeq != 100 {
+		t.Errorf("a key advanced here: streamSeq %d after Settle(100) and Settle(40), want 100", p.StreamSeq)
+	}
+	if p, ok := c.Get("unknown"); ok {
+		t.Errorf("Settle of an unknown key made a position: %+v", p)
+	}
+}
