@@ -1,8 +1,6 @@
 package testutil
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -19,8 +17,7 @@ var (
 	// present: words that date a figure to the reader's moment.
 	presentRE = regexp.MustCompile(`(?i)\bnow\b|\bcurrently\b|\btoday\b|at the current code|as it is now|at present`)
 	// commitRE: an abbreviated commit hash (hex with a digit and a letter).
-	commitRE   = regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)
-	numberedRE = regexp.MustCompile(`^\d+\. `)
+	commitRE = regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)
 )
 
 // namesCommit reports whether s contains something that reads as a commit
@@ -34,63 +31,12 @@ func namesCommit(s string) bool {
 	return false
 }
 
-// docBlock is a paragraph, list item or table row of a Markdown file, with
-// the heading of its section.
-type docBlock struct {
-	line    int
-	heading string
-	text    string
-}
-
-// docBlocks splits Markdown into blocks: blank lines end a paragraph, a
-// list item or a table row starts a new block, fenced code is skipped.
-func docBlocks(md string) []docBlock {
-	var (
-		out     []docBlock
-		cur     *docBlock
-		heading string
-		fenced  bool
-	)
-	flush := func() {
-		if cur != nil {
-			out = append(out, *cur)
-			cur = nil
-		}
-	}
-	for i, l := range strings.Split(md, "\n") {
-		t := strings.TrimSpace(l)
-		switch {
-		case strings.HasPrefix(t, "```"):
-			flush()
-			fenced = !fenced
-			continue
-		case fenced:
-			continue
-		case t == "":
-			flush()
-			continue
-		case strings.HasPrefix(t, "#"):
-			flush()
-			heading = t
-			continue
-		case strings.HasPrefix(t, "|"), strings.HasPrefix(t, "- "), strings.HasPrefix(t, "* "), numberedRE.MatchString(t):
-			flush()
-		}
-		if cur == nil {
-			cur = &docBlock{line: i + 1, heading: heading}
-		}
-		cur.text += " " + t
-	}
-	flush()
-	return out
-}
-
 // datedFigures returns the blocks of md that state a figure in the present
 // tense without naming a commit.
-func datedFigures(md string) []docBlock {
-	var bad []docBlock
-	for _, b := range docBlocks(md) {
-		if figureRE.MatchString(b.text) && presentRE.MatchString(b.text) && !namesCommit(b.text) && !namesCommit(b.heading) {
+func datedFigures(md string) []MarkdownBlock {
+	var bad []MarkdownBlock
+	for _, b := range MarkdownBlocks(md) {
+		if figureRE.MatchString(b.Text) && presentRE.MatchString(b.Text) && !namesCommit(b.Text) && !namesCommit(b.Heading) {
 			bad = append(bad, b)
 		}
 	}
@@ -98,24 +44,10 @@ func datedFigures(md string) []docBlock {
 }
 
 func TestDocFiguresNameTheirCommit(t *testing.T) {
-	root := RepoRootT(t)
-	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, filepath.Join(root, "README.md"))
-	if len(files) < 5 {
-		t.Fatalf("found only %d Markdown files under %s", len(files), root)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(root, f)
-		for _, bad := range datedFigures(string(b)) {
+	for _, f := range MarkdownFiles(t) {
+		for _, bad := range datedFigures(f.Text) {
 			t.Errorf("%s:%d states a figure %q \"%s\" without the commit it was measured at (say at which commit, or re-measure and say so): %s",
-				rel, bad.line, strings.TrimLeft(figureRE.FindString(bad.text), " ("), presentRE.FindString(bad.text), excerpt(bad.text))
+				f.Rel, bad.Line, strings.TrimLeft(figureRE.FindString(bad.Text), " ("), presentRE.FindString(bad.Text), excerpt(bad.Text))
 		}
 	}
 }

@@ -67,7 +67,7 @@ func TestDocumentedConfigKeysExist(t *testing.T) {
 	paths, top := configPaths(t)
 	seen := 0
 	for _, f := range markdownFiles(t) {
-		for _, s := range codeSpans(f.text) {
+		for _, s := range codeSpans(f.Text) {
 			p := keyPathRE.FindString(s.text)
 			if p == "" {
 				continue
@@ -83,7 +83,7 @@ func TestDocumentedConfigKeysExist(t *testing.T) {
 			}
 			seen++
 			if norm := indexRE.ReplaceAllString(p, "[]"); !paths[norm] {
-				t.Errorf("%s:%d: `%s` names the config key %s, which pkg/config does not have", f.rel, s.line, s.text, p)
+				t.Errorf("%s:%d: `%s` names the config key %s, which pkg/config does not have", f.Rel, s.line, s.text, p)
 			}
 		}
 	}

@@ -195,19 +195,19 @@ func TestDocumentedExtensionsExist(t *testing.T) {
 	}
 	seen := 0
 	for _, f := range markdownFiles(t) {
-		for _, s := range codeSpans(f.text) {
+		for _, s := range codeSpans(f.Text) {
 			for _, name := range extRE.FindAllString(s.text, -1) {
 				seen++
 				if !code[name] {
 					t.Errorf("%s:%d: `%s` names the extension %q, which pkg/event neither writes nor decodes (it knows %s)",
-						f.rel, s.line, s.text, name, strings.Join(sortedKeys(code), ", "))
+						f.Rel, s.line, s.text, name, strings.Join(sortedKeys(code), ", "))
 				}
 			}
 		}
-		for _, b := range blocks(f.text) {
+		for _, b := range testutil.MarkdownBlocks(f.Text) {
 			for _, name := range sortedKeys(legacy) {
-				if strings.Contains(b.text, "`"+name) && !olderRE.MatchString(b.text) {
-					t.Errorf("%s:%d: names %q, which only older relayd builds wrote, without saying so (today's name is in pkg/event's Envelope)", f.rel, b.line, name)
+				if strings.Contains(b.Text, "`"+name) && !olderRE.MatchString(b.Text) {
+					t.Errorf("%s:%d: names %q, which only older relayd builds wrote, without saying so (today's name is in pkg/event's Envelope)", f.Rel, b.Line, name)
 				}
 			}
 		}
@@ -224,7 +224,7 @@ func TestDocumentedExtensionsExist(t *testing.T) {
 func TestExtensionsAreDocumented(t *testing.T) {
 	f := readMarkdown(t, "docs/CONSUMING.md")
 	documented := map[string]bool{}
-	for _, s := range codeSpans(f.text) {
+	for _, s := range codeSpans(f.Text) {
 		for _, name := range extRE.FindAllString(s.text, -1) {
 			documented[name] = true
 		}

@@ -1,8 +1,6 @@
 package docs
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,44 +9,11 @@ import (
 )
 
 // mdFile is a Markdown file of the repository: README.md or docs/*.md.
-type mdFile struct {
-	rel  string // path relative to the repository root
-	text string
-}
+type mdFile = testutil.MarkdownFile
 
-// markdownFiles reads README.md and docs/*.md.
-func markdownFiles(t *testing.T) []mdFile {
-	t.Helper()
-	root := testutil.RepoRootT(t)
-	paths, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	paths = append(paths, filepath.Join(root, "README.md"))
-	if len(paths) < 5 {
-		t.Fatalf("found only %d Markdown files under %s", len(paths), root)
-	}
-	var out []mdFile
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(root, p)
-		out = append(out, mdFile{rel: rel, text: string(b)})
-	}
-	return out
-}
+func markdownFiles(t *testing.T) []mdFile { return testutil.MarkdownFiles(t) }
 
-// readMarkdown reads one of them by its path relative to the root.
-func readMarkdown(t *testing.T, rel string) mdFile {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testutil.RepoRootT(t), rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mdFile{rel: rel, text: string(b)}
-}
+func readMarkdown(t *testing.T, rel string) mdFile { return testutil.ReadMarkdown(t, rel) }
 
 // span is an inline code span (`…`) of a Markdown file, outside fenced
 // code blocks, with its line.
@@ -89,7 +54,7 @@ func lineOf(s string, off int) int { return strings.Count(s[:off], "\n") + 1 }
 func table(t *testing.T, f mdFile, header ...string) (rows [][]string, lines []int) {
 	t.Helper()
 	in := false
-	for i, l := range strings.Split(f.text, "\n") {
+	for i, l := range strings.Split(f.Text, "\n") {
 		l = strings.TrimSpace(l)
 		if !strings.HasPrefix(l, "|") {
 			if in {
@@ -111,7 +76,7 @@ func table(t *testing.T, f mdFile, header ...string) (rows [][]string, lines []i
 		lines = append(lines, i+1)
 	}
 	if len(rows) == 0 {
-		t.Fatalf("%s: no table with header %q (or no rows in it)", f.rel, "| "+strings.Join(header, " | ")+" |")
+		t.Fatalf("%s: no table with header %q (or no rows in it)", f.Rel, "| "+strings.Join(header, " | ")+" |")
 	}
 	return rows, lines
 }
@@ -145,49 +110,4 @@ func cellValue(cell string) (v string, ok bool) {
 		return "", true
 	}
 	return m[1], true
-}
-
-// block is a paragraph, list item or table row of a Markdown file (fenced
-// code skipped), with its first line.
-type block struct {
-	line int
-	text string
-}
-
-var listItemRE = regexp.MustCompile(`^(?:[-*]|\d+\.) `)
-
-func blocks(md string) []block {
-	var (
-		out    []block
-		cur    *block
-		fenced bool
-	)
-	flush := func() {
-		if cur != nil {
-			out = append(out, *cur)
-			cur = nil
-		}
-	}
-	for i, l := range strings.Split(md, "\n") {
-		t := strings.TrimSpace(l)
-		switch {
-		case strings.HasPrefix(t, "```"):
-			flush()
-			fenced = !fenced
-			continue
-		case fenced:
-			continue
-		case t == "" || strings.HasPrefix(t, "#"):
-			flush()
-			continue
-		case strings.HasPrefix(t, "|"), listItemRE.MatchString(t):
-			flush()
-		}
-		if cur == nil {
-			cur = &block{line: i + 1}
-		}
-		cur.text += " " + t
-	}
-	flush()
-	return out
 }

@@ -93,14 +93,14 @@ func TestDocumentedMetricsExist(t *testing.T) {
 	_, exposed := registeredMetrics(t)
 	seen := 0
 	for _, f := range markdownFiles(t) {
-		for _, loc := range metricRE.FindAllStringIndex(f.text, -1) {
-			name := f.text[loc[0]:loc[1]]
+		for _, loc := range metricRE.FindAllStringIndex(f.Text, -1) {
+			name := f.Text[loc[0]:loc[1]]
 			if strings.HasSuffix(name, "_") {
 				continue
 			}
 			seen++
 			if _, ok := exposed[name]; !ok {
-				t.Errorf("%s:%d: %s is not a metric relayd exposes", f.rel, lineOf(f.text, loc[0]), name)
+				t.Errorf("%s:%d: %s is not a metric relayd exposes", f.Rel, lineOf(f.Text, loc[0]), name)
 			}
 		}
 	}

@@ -124,7 +124,7 @@ func TestSubjectExamples(t *testing.T) {
 	f := readMarkdown(t, consuming)
 	objects, markers := objectExamples(t, f), markerExamples(t, f)
 
-	flat := strings.Join(strings.Fields(f.text), " ")
+	flat := strings.Join(strings.Fields(f.Text), " ")
 	m := countRE.FindStringSubmatch(flat)
 	if m == nil {
 		t.Fatalf("%s: no sentence %q", consuming, "After the prefix, object subjects have N tokens … marker subjects M")
@@ -214,8 +214,8 @@ func TestSubjectTemplates(t *testing.T) {
 	}
 	seen := map[bool]int{}
 	for _, md := range markdownFiles(t) {
-		for _, loc := range templateRE.FindAllStringIndex(md.text, -1) {
-			tpl := md.text[loc[0]:loc[1]]
+		for _, loc := range templateRE.FindAllStringIndex(md.Text, -1) {
+			tpl := md.Text[loc[0]:loc[1]]
 			if strings.HasSuffix(tpl, ".>") {
 				continue
 			}
@@ -223,7 +223,7 @@ func TestSubjectTemplates(t *testing.T) {
 			seen[marker]++
 			if got := len(strings.Split(strings.TrimPrefix(tpl, "<prefix>."), ".")); got != want[marker] {
 				t.Errorf("%s:%d: the template %s has %d tokens after <prefix>; relayd's subjects of that kind (the examples of %s) have %d",
-					md.rel, lineOf(md.text, loc[0]), tpl, got, consuming, want[marker])
+					md.Rel, lineOf(md.Text, loc[0]), tpl, got, consuming, want[marker])
 			}
 		}
 	}
