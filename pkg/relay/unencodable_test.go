@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/sink"
 )
 
 // longName is a ConfigMap name of the maximum length (a DNS subdomain of
@@ -25,19 +28,32 @@ var longName = strings.Repeat("u", 253)
 // unencodableLimits returns the smallest and the largest event without data
 // that a change of longName can have under any fixture (namespace of 1 to 63
 // characters, cluster "c" and up to 6 digits, resourceVersion of 1 to 20
-// digits, a delete's longer id) and the smallest reference event it can
-// have: a max payload in [bareMax, refMin) sends every change of it without
-// data, one under bareMin none.
+// digits, a delete's longer id, the test's client named as the author of
+// the others: docs/CONSUMING.md, "Who changed it") and the smallest
+// reference event it can have. bareMax includes the header the sink adds to
+// each publish for the longest stream name a fixture can have: a server
+// max payload of bareMax sends every change of it without data, one under
+// bareMin none.
 func unencodableLimits(t *testing.T) (bareMin, bareMax, refMin int) {
 	t.Helper()
 	cm := event.Resource{Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespaced: true}
+	manager, _, _ := strings.Cut(rest.DefaultKubernetesUserAgent(), "/")
+	o, err := event.ParseObject([]byte(fmt.Sprintf(`{"metadata":{"name":"x","managedFields":[{"manager":%q,"operation":"Update","time":"2026-01-01T00:00:00Z"}]}}`, manager)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	author := o.Author()
 	encode := func(cluster, ns, rv string, typ event.Type, limit int) event.Message {
 		enc, err := event.NewEncoder(event.EncoderOptions{Cluster: cluster, Source: "cms", MaxPayload: limit})
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg, err := enc.Encode(&event.Change{Type: typ, Origin: event.OriginWatch, Resource: cm, Time: time.Now(),
-			Meta: event.Meta{Namespace: ns, Name: longName, UID: strings.Repeat("0", 36), ResourceVersion: rv}})
+		c := event.Change{Type: typ, Origin: event.OriginWatch, Resource: cm, Time: time.Now(),
+			Meta: event.Meta{Namespace: ns, Name: longName, UID: strings.Repeat("0", 36), ResourceVersion: rv}}
+		if typ != event.Deleted {
+			c.Author = author
+		}
+		msg, err := enc.Encode(&c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,13 +68,15 @@ func unencodableLimits(t *testing.T) (bareMin, bareMax, refMin int) {
 		return msg.Size()
 	}
 	ref := encode("c", "n", "1", event.Added, 0)
-	return bare("c", "n", "1", event.Added), bare("c999999", strings.Repeat("n", 63), strings.Repeat("9", 20), event.Deleted), ref.Size()
+	largest := max(bare("c999999", strings.Repeat("n", 63), strings.Repeat("9", 20), event.Deleted),
+		bare("c999999", strings.Repeat("n", 63), strings.Repeat("9", 20), event.Modified))
+	return bare("c", "n", "1", event.Added), largest + sink.HeaderBytes("S999999999"), ref.Size()
 }
 
 func TestUnencodableChangeIsPublishedWithoutData(t *testing.T) {
 	_, bareMax, refMin := unencodableLimits(t)
-	if bareMax >= refMin {
-		t.Fatalf("no max payload between %d (largest bare event) and %d (smallest reference event)", bareMax, refMin)
+	if bareMax-sink.HeaderBytes("S0") >= refMin {
+		t.Fatalf("no max payload between %d (largest bare event and header) and %d (smallest reference event)", bareMax, refMin)
 	}
 	n := testenv.NATST(t, testenv.NATSOptions{MaxPayload: int32(bareMax)})
 	f := newFixture(t, env, n, cmSource)
@@ -83,6 +101,11 @@ func TestUnencodableChangeIsPublishedWithoutData(t *testing.T) {
 		}
 		if strings.HasSuffix(e.Type, ".deleted") {
 			deletedRV = e.K8sResourceVersion
+		} else if manager, _, _ := strings.Cut(rest.DefaultKubernetesUserAgent(), "/"); e.K8sManager != manager &&
+			(e.K8sManager != "" || !strings.HasSuffix(e.Type, ".modified")) {
+			// unencodableLimits counts this author in the events' size (a
+			// modify within the create's second names nobody)
+			t.Errorf("message %d %s: k8smanager %q, want the test's client %q", m.Seq, e.Type, e.K8sManager, manager)
 		}
 	}
 	if v := metricValue(t, r.reg, "relayd_events_unencodable_total", map[string]string{"source": "cms"}); v < 3 {
