@@ -52,7 +52,7 @@ func TestWritesGoThroughTheDomain(t *testing.T) {
 	if err := json.Unmarshal(e.Value(), &v); err != nil || v.ResourceVersion != "7" {
 		t.Errorf("entry %s (%v)", e.Value(), err)
 	}
-	if ep, err := b.Epoch(ctx, Prefix("src", "ns")); err != nil || ep != 3 {
+	if ep, _, err := b.Epoch(ctx, Prefix("src", "ns")); err != nil || ep != 3 {
 		t.Errorf("epoch %d (%v), want 3", ep, err)
 	}
 	publish(t, js, b.DeleteMsg(Prefix("src", "ns"), "u1"))

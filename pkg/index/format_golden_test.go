@@ -170,7 +170,7 @@ func TestIndexGoldenFiles(t *testing.T) {
 			checkGoldenLoad(t, view, keyID, prefix, gs)
 		}
 	}
-	if ep, err := b.Epoch(ctx, goldenPods); ep != goldenEpoch || err != nil {
+	if ep, _, err := b.Epoch(ctx, goldenPods); ep != goldenEpoch || err != nil {
 		t.Errorf("Epoch of epoch.txt: %d, %v; want %d", ep, err, goldenEpoch)
 	}
 

@@ -335,7 +335,9 @@ func EpochKey(prefix string) string { return "_epoch." + prefix }
 
 // EpochMsg is the message that records the relist epoch of the watch under
 // prefix. relayd writes it before each sync.started, so that the epoch keeps
-// increasing even when the checkpoint is lost.
+// increasing even when the checkpoint is lost, and (with epoch 0) before a
+// watch first starts from now without a list, so that relayd knows it
+// watched (Recovery.Listed).
 func (b *Bucket) EpochMsg(prefix string, epoch uint64) *event.Message {
 	return &event.Message{Subject: b.subjPre + EpochKey(prefix), Data: strconv.AppendUint(nil, epoch, 10)}
 }

@@ -98,13 +98,17 @@ func TestBucketRoundTrip(t *testing.T) {
 		t.Errorf("empty prefix: %d, %v", n, err)
 	}
 
-	if ep, err := b.Epoch(ctx, pods); ep != 0 || err != nil {
-		t.Errorf("epoch before any: %d, %v", ep, err)
+	if ep, ok, err := b.Epoch(ctx, pods); ep != 0 || ok || err != nil {
+		t.Errorf("epoch before any: %d, recorded %v, %v", ep, ok, err)
+	}
+	publish(t, js, b.EpochMsg(pods, 0))
+	if ep, ok, err := b.Epoch(ctx, pods); ep != 0 || !ok || err != nil {
+		t.Errorf("epoch 0 recorded: %d, recorded %v, %v; want 0, recorded", ep, ok, err)
 	}
 	publish(t, js, b.EpochMsg(pods, 7))
 	last := publish(t, js, b.EpochMsg(pods, 8))
-	if ep, err := b.Epoch(ctx, pods); ep != 8 || err != nil {
-		t.Errorf("epoch: %d, %v; want 8", ep, err)
+	if ep, ok, err := b.Epoch(ctx, pods); ep != 8 || !ok || err != nil {
+		t.Errorf("epoch: %d, recorded %v, %v; want 8", ep, ok, err)
 	}
 	if n, err := loadN(b.Load(ctx, pods, New())); n != 2 || err != nil {
 		t.Errorf("the epoch key is not an object: loaded %d, %v", n, err)

@@ -27,6 +27,7 @@ type loaded struct {
 // epochRead is an epoch a shared Load read for Epoch.
 type epochRead struct {
 	n   uint64
+	ok  bool // the bucket has the key
 	err error
 }
 
@@ -51,25 +52,26 @@ func (b *Bucket) Load(ctx context.Context, prefix string, x *Index) (Loaded, err
 	return r.l, r.err
 }
 
-// Epoch reads the epoch recorded by EpochMsg; 0 if none. Right after a Load
-// of prefix it is what that Load read (no request of its own); else it is
-// read from the bucket.
-func (b *Bucket) Epoch(ctx context.Context, prefix string) (uint64, error) {
+// Epoch reads the epoch recorded by EpochMsg; recorded is false (and the
+// epoch 0) if the bucket has none. Right after a Load of prefix it is what
+// that Load read (no request of its own); else it is read from the bucket.
+func (b *Bucket) Epoch(ctx context.Context, prefix string) (epoch uint64, recorded bool, err error) {
 	b.epochMu.Lock()
 	e, ok := b.epochs[prefix]
 	delete(b.epochs, prefix)
 	b.epochMu.Unlock()
 	if ok {
-		return e.n, e.err
+		return e.n, e.ok, e.err
 	}
 	v, err := b.kv.Get(ctx, EpochKey(prefix))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("index bucket %q: read %s: %w", b.name, EpochKey(prefix), err)
+		return 0, false, fmt.Errorf("index bucket %q: read %s: %w", b.name, EpochKey(prefix), err)
 	}
-	return b.parseEpoch(prefix, v.Value())
+	n, err := b.parseEpoch(prefix, v.Value())
+	return n, true, err
 }
 
 func (b *Bucket) parseEpoch(prefix string, v []byte) (uint64, error) {
@@ -131,7 +133,7 @@ func (b *Bucket) readEntries(ctx context.Context, qs []loadOf) ([]loaded, error)
 			if p, ok := strings.CutPrefix(e.Key(), "_epoch."); ok {
 				if _, want := prefixes[p]; want {
 					n, err := b.parseEpoch(p, e.Value())
-					epochs[p] = epochRead{n, err}
+					epochs[p] = epochRead{n, true, err}
 				}
 				continue
 			}
@@ -151,7 +153,7 @@ func (b *Bucket) readEntries(ctx context.Context, qs []loadOf) ([]loaded, error)
 		b.epochs = map[string]epochRead{}
 	}
 	for p := range prefixes {
-		b.epochs[p] = epochs[p] // 0 when the bucket has none
+		b.epochs[p] = epochs[p] // not ok when the bucket has none
 	}
 	return out, nil
 }

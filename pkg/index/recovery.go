@@ -11,7 +11,7 @@ type Recovery struct {
 	// Loaded is the number of the watch's objects the bucket holds.
 	Loaded int
 	// Listed: the bucket records an epoch for the watch, so relayd listed
-	// it before (its index may be empty: nothing matched yet).
+	// or watched it before (its index may be empty: nothing matched yet).
 	Listed bool
 	// Bucket is the bucket's generation and last sequence.
 	Bucket Generation

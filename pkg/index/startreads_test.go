@@ -145,7 +145,7 @@ func (w *startWorld) startOne(ctx context.Context, i int) (s started) {
 	if _, s.err = w.bucket.Load(ctx, prefix, s.x); s.err != nil {
 		return s
 	}
-	if s.epoch, s.err = w.bucket.Epoch(ctx, prefix); s.err != nil {
+	if s.epoch, _, s.err = w.bucket.Epoch(ctx, prefix); s.err != nil {
 		return s
 	}
 	s.res, s.err = w.stream.CatchUp(ctx, zap.NewNop(), s.x, CatchUpOf{Source: "cms", Namespace: fmt.Sprintf("ns-%d", i), From: w.from[i], Legacy: true})

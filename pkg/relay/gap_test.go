@@ -510,6 +510,87 @@ func TestCheckpointLostBeforeTheFirstObject(t *testing.T) {
 	}
 }
 
+// A source with initial: none checkpoints the resourceVersion it starts
+// from before any change comes, so a restart resumes from it: a change made
+// while relayd was down is relayed as a watch event, without a relist.
+func TestStartFromNowResumesAfterARestart(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    initial: none
+    namespaces: [$NS]`)
+	f.createCM("before", nil, nil)
+	r := f.start(nil, true)
+	key := "cms." + f.ns
+	f.eventually(10*time.Second, "checkpoint", func() error {
+		if _, ok := f.checkpoints()[key]; !ok {
+			return fmt.Errorf("no checkpoint yet")
+		}
+		return nil
+	})
+	r.stop(t)
+
+	a := f.createCM("a", nil, nil)
+	r = f.start(nil, true)
+	ms := f.waitStored(20*time.Second, isEvent("added", "a", a.ResourceVersion))
+	want := "added a@" + a.ResourceVersion + " watch"
+	if got := objectEvents(ms, "cms", 0); strings.Join(got, "\n") != want {
+		t.Errorf("after a restart:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+	if m := markers(ms, "cms", "started", 0); len(m) != 0 {
+		t.Errorf("%d sync.started after a restart, want none", len(m))
+	}
+	if v := metricValue(t, r.reg, "relayd_relists_total", map[string]string{"source": "cms", "reason": "no-checkpoint"}); v != 0 {
+		t.Errorf("relayd_relists_total{no-checkpoint} = %v, want 0", v)
+	}
+}
+
+// A source with initial: none starts from now and has published nothing when
+// its checkpoint is deleted (or relayd dies before its first checkpoint); a
+// change made while relayd is down then comes as a marked relist
+// (no-checkpoint): relayd recorded in the bucket that it watched. (It used
+// to start from now again: the change was lost without a marker.)
+func TestCheckpointLostAfterAStartFromNow(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    initial: none
+    namespaces: [$NS]`)
+	r := f.start(nil, true)
+	key := "cms." + f.ns
+	f.eventually(10*time.Second, "checkpoint", func() error {
+		if _, ok := f.checkpoints()[key]; !ok {
+			return fmt.Errorf("no checkpoint yet")
+		}
+		return nil
+	})
+	r.stop(t)
+	if n := len(f.stored()); n != 0 {
+		t.Fatalf("%d messages stored by a start from now with nothing to relay", n)
+	}
+
+	f.editCheckpoint(func(data map[string]string) { delete(data, key) })
+	a := f.createCM("a", nil, nil)
+	r = f.start(nil, true)
+	ms := f.waitStored(20*time.Second, isSync("completed"))
+	started := markers(ms, "cms", "started", 0)
+	if len(started) != 1 {
+		t.Fatalf("%d sync.started, want 1", len(started))
+	}
+	if sd := syncOf(t, started[0]); sd.Reason != "no-checkpoint" || started[0].Env.RelaydEpoch != 1 {
+		t.Errorf("sync.started %+v epoch %d, want reason no-checkpoint, epoch 1", sd, started[0].Env.RelaydEpoch)
+	}
+	want := "added a@" + a.ResourceVersion + " resync"
+	if got := objectEvents(ms, "cms", 0); strings.Join(got, "\n") != want {
+		t.Errorf("after the checkpoint was lost:\n%s\nwant:\n%s", strings.Join(got, "\n"), want)
+	}
+	if v := metricValue(t, r.reg, "relayd_relists_total", map[string]string{"source": "cms", "reason": "no-checkpoint"}); v != 1 {
+		t.Errorf("relayd_relists_total{no-checkpoint} = %v, want 1", v)
+	}
+}
+
 // A run that crashed during a relist left its epoch on the stream only (the
 // checkpoint had not moved yet); its bucket, with the epoch floor, is then
 // deleted. The next relist (index-lost) takes a higher epoch than the one on

@@ -491,7 +491,13 @@ func TestMetadataOnlyFallsBackToWholeObjectsOn406(t *testing.T) {
 	if len(accepts) != 3 || accepts[0] != AcceptPartialObjectMetadataList || strings.Contains(accepts[1]+accepts[2], "PartialObjectMetadata") {
 		t.Errorf("Accept headers %q, want the PartialObjectMetadataList LIST refused, then a LIST and a watch of whole objects", accepts)
 	}
-	if it := s.all()[0]; it.meta.APIVersion != "v1" || it.meta.Kind != "ConfigMap" || it.rv != "6" {
+	all := s.all()
+	// The start from now hands on its first position (the LIST's
+	// resourceVersion), then the watched object.
+	if len(all) < 2 || all[0].kind != ItemBookmark || all[0].rv != "5" {
+		t.Fatalf("items %+v, want the first position 5 first", all)
+	}
+	if it := all[1]; it.meta.APIVersion != "v1" || it.meta.Kind != "ConfigMap" || it.rv != "6" {
 		t.Errorf("item %+v", it)
 	}
 }

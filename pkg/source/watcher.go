@@ -260,6 +260,15 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 				}
 				continue
 			}
+			// That resourceVersion is the watch's first position, handed
+			// on as progress so that it is checkpointed before any change
+			// comes: a restart resumes from it instead of from a new now.
+			w.mu.Lock()
+			first := Item{Kind: ItemBookmark, ResourceVersion: w.rv, Epoch: w.epoch, ReadAt: time.Now()}
+			w.mu.Unlock()
+			if err := h(ctx, &first); err != nil {
+				return err
+			}
 		}
 		err := w.listAndWatch(ctx, h)
 		if ctx.Err() != nil {

@@ -111,10 +111,10 @@ func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (event.Reli
 	// give the next relist's sync markers the crashed run's Nats-Msg-Ids,
 	// and JetStream would drop them as duplicates: a gap without markers.
 	var err error
-	if w.ix.epochFloor, err = w.o.Bucket.Epoch(ctx, w.ix.prefix); err != nil {
+	if w.ix.epochFloor, w.ix.epochRecorded, err = w.o.Bucket.Epoch(ctx, w.ix.prefix); err != nil {
 		return "", err
 	}
-	in.Listed = w.ix.epochFloor > 0
+	in.Listed = w.ix.epochRecorded
 	plan := index.PlanRecovery(in)
 	if plan.Why != "" && !in.Corrupt { // corrupt entries are logged by loadIndex
 		w.log.Warn(plan.Why, planFields(in.Bucket, pos)...)

@@ -11,6 +11,7 @@ import (
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
 )
 
@@ -56,8 +57,12 @@ func (w *Watch) runOnce(ctx context.Context) (err error) {
 	if err := w.prepare(ctx); err != nil {
 		return err
 	}
+	st := w.start()
+	if err := w.recordWatching(ctx, st); err != nil {
+		return err
+	}
 	handlerFailed := false
-	err = w.watcher.Run(ctx, w.start(), func(ctx context.Context, it *source.Item) error {
+	err = w.watcher.Run(ctx, st, func(ctx context.Context, it *source.Item) error {
 		err := w.handle(ctx, it)
 		handlerFailed = handlerFailed || err != nil
 		return err
@@ -174,4 +179,25 @@ func (w *Watch) start() source.Start {
 		st.Epoch = w.ix.epochFloor
 	}
 	return st
+}
+
+// recordWatching records, before a watch first starts from now (no
+// checkpoint, initial: none, no list due), its epoch in the bucket, acked
+// before the watch runs: with it, a later start that finds no checkpoint
+// knows the watch ran and relists it with reason no-checkpoint instead of
+// starting from now again, which would lose the changes made meanwhile
+// without a word (docs/GUARANTEES.md, "Other decisions an operator should
+// know").
+func (w *Watch) recordWatching(ctx context.Context, st source.Start) error {
+	if st.Snapshot || st.ResourceVersion != "" || st.Relist != "" || w.ix.epochRecorded {
+		return nil
+	}
+	if err := w.submit(ctx, sink.Entry{FollowUp: w.o.Bucket.EpochMsg(w.ix.prefix, st.Epoch), ObjectKey: epochGate, Epoch: st.Epoch}); err != nil {
+		return err
+	}
+	if err := w.pipe.Drain(ctx); err != nil {
+		return err
+	}
+	w.ix.epochRecorded = true
+	return nil
 }

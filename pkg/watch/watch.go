@@ -83,7 +83,7 @@ type Bucket interface {
 	Name() string
 	Generation(ctx context.Context) (index.Generation, error)
 	Load(ctx context.Context, prefix string, x *index.Index) (index.Loaded, error)
-	Epoch(ctx context.Context, prefix string) (uint64, error)
+	Epoch(ctx context.Context, prefix string) (epoch uint64, recorded bool, err error)
 	PutMsg(prefix string, o index.Object) *event.Message
 	DeleteMsg(prefix, uid string) *event.Message
 	DeleteKeyMsg(key string) *event.Message
@@ -244,8 +244,9 @@ type indexState struct {
 	relist event.RelistReason
 	// epochFloor is the epoch recorded in the bucket (read at the first
 	// load): the epoch to start from when the checkpoint has none or an
-	// older one.
-	epochFloor uint64
+	// older one. epochRecorded: the bucket has the epoch key.
+	epochFloor    uint64
+	epochRecorded bool
 	// legacy holds the CloudEvents ids of the changes after the checkpoint
 	// that an older relayd stored with a Nats-Msg-Id without the cluster
 	// (index.CatchUpResult.Legacy): republished with that id, JetStream

@@ -79,6 +79,7 @@ type fakeBucket struct {
 	gen      index.Generation
 	objects  map[string][]index.Object // prefix -> objects
 	epoch    uint64
+	watched  bool     // the epoch key holds 0 (a watch started from now)
 	corrupt  []string // keys Load reports as unreadable
 	otherKey []string // uids Load reports fingerprinted under another key
 	puts     []index.Object
@@ -106,7 +107,9 @@ func (b *fakeBucket) Load(_ context.Context, prefix string, x *index.Index) (ind
 	return l, nil
 }
 
-func (b *fakeBucket) Epoch(context.Context, string) (uint64, error) { return b.epoch, nil }
+func (b *fakeBucket) Epoch(context.Context, string) (uint64, bool, error) {
+	return b.epoch, b.epoch > 0 || b.watched, nil
+}
 func (b *fakeBucket) PutMsg(prefix string, o index.Object) *event.Message {
 	b.puts = append(b.puts, o)
 	return &event.Message{Subject: "put " + index.Key(prefix, o.UID) + " " + o.ResourceVersion}
@@ -577,6 +580,44 @@ func TestStartFollowsTheRecoveryPlan(t *testing.T) {
 			}
 			if c.from != 0 && (len(r.stream.from) != 1 || r.stream.from[0] != c.from) {
 				t.Errorf("catch-up from %v, want %d", r.stream.from, c.from)
+			}
+			sameLines(t, "entries", describe(t, r.pipe.entries), c.entries)
+		})
+	}
+}
+
+// A watch of a source with initial: none that starts from now records its
+// epoch (0) in the bucket, acked before it watches, once: a later start
+// without a checkpoint then relists (no-checkpoint) instead of starting from
+// now again, which would lose the changes made meanwhile silently.
+func TestStartFromNowIsRecorded(t *testing.T) {
+	cfg := strings.Replace(testConfig, "    kind: ConfigMap\n    ignoreChanges", "    kind: ConfigMap\n    initial: none\n    ignoreChanges", 1)
+	key, pre := checkpoint.Key("cms", "ns"), index.Prefix("cms", "ns")
+	for _, c := range []struct {
+		name    string
+		pos     *checkpoint.Position
+		watched bool
+		epoch   uint64
+		want    source.Start
+		entries []string
+	}{
+		{name: "first start", want: source.Start{}, entries: []string{"[epoch " + pre + " 0]"}},
+		{name: "from the checkpoint", pos: &checkpoint.Position{ResourceVersion: "50", Index: &index.Ref{Generation: "g1", Seq: 7}},
+			want: source.Start{ResourceVersion: "50"}},
+		{name: "checkpoint lost after a start from now", watched: true,
+			want: source.Start{Relist: event.RelistNoCheckpoint}},
+		{name: "checkpoint lost after a relist", epoch: 3,
+			want: source.Start{Epoch: 3, Relist: event.RelistNoCheckpoint}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRigWith(t, cfg, "cms", &fakeWatcher{})
+			if c.pos != nil {
+				r.pos[key] = *c.pos
+			}
+			r.bucket.watched, r.bucket.epoch = c.watched, c.epoch
+			r.run(t, 1)
+			if r.starts[0] != c.want {
+				t.Errorf("start %+v, want %+v", r.starts[0], c.want)
 			}
 			sameLines(t, "entries", describe(t, r.pipe.entries), c.entries)
 		})
