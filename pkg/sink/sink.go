@@ -626,6 +626,11 @@ func errorReason(err error) string {
 		return "disconnected"
 	case errors.Is(err, jetstream.ErrTooManyStalledMsgs):
 		return "stalled"
+	case errors.Is(err, nats.ErrMaxPayload):
+		// Refused by the client before it was sent: the server's max
+		// payload is now smaller than when the watch's encoder was built
+		// (the client reconnected to another server, or it was lowered).
+		return "max-payload"
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
