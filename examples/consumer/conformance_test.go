@@ -64,7 +64,7 @@ func checkStreams(t *testing.T, js jetstream.JetStream, lanes []*lane) {
 			}
 		}
 		// Each kind of message the contract describes was checked.
-		for _, k := range []string{"added", "modified", "deleted", "sync.started", "sync.completed", "origin=initial", "origin=watch", "origin=resync", "relaydfinalunknown", "relayddropped", "k8smanager"} {
+		for _, k := range []string{"added", "modified", "deleted", "sync.started", "sync.completed", "origin=initial", "origin=watch", "origin=resync", "relaydfinalunknown", "relayddropped", "k8smanager", "relaydchanged"} {
 			if seen[k] == 0 {
 				t.Errorf("%s: no %s message on the stream to check (%v)", l.mode, k, seen)
 			}
@@ -123,6 +123,7 @@ func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetst
 		"relaydsource": env.RelaydSource, "relaydorigin": env.RelaydOrigin, "relaydepoch": strconv.FormatUint(env.RelaydEpoch, 10),
 		"relaydpayload": env.RelaydPayload, "relayddropped": env.RelaydDropped,
 		"k8smanager": env.K8sManager, "k8soperation": env.K8sOperation, "k8ssubresource": env.K8sSubresource,
+		"relaydchanged": env.RelaydChanged, "relaydchangedunknown": env.RelaydChangedUnknown,
 	}
 	if env.RelaydOversize {
 		want["relaydoversize"] = "true"
@@ -201,6 +202,9 @@ func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetst
 	}
 	if env.K8sManager != "" {
 		kinds = append(kinds, "k8smanager")
+	}
+	if env.RelaydChanged != "" {
+		kinds = append(kinds, "relaydchanged")
 	}
 	if env.RelaydUnencodable {
 		kinds = append(kinds, "relaydunencodable")

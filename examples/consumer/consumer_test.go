@@ -216,6 +216,7 @@ sources:
     kind: ConfigMap
     namespaces: [%s]
     drop: ['data["secret"]']
+    changedPaths: [data, metadata.labels]
 `, l.cluster, natsSrv.URL(), l.stream, l.mode, cpNS, l.cluster, ns)
 }
 

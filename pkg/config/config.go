@@ -338,6 +338,11 @@ type Source struct {
 	// leaves out, and is stored in the index bucket (see
 	// Index.FingerprintKeyFile).
 	IgnoreChanges []string `yaml:"ignoreChanges" schema:"unique"`
+	// ChangedPaths lists field paths (same syntax, no [*], at most 64)
+	// fingerprinted one by one: a modified event carries the
+	// relaydchanged extension, the paths whose content differs from the
+	// version published before (docs/CONSUMING.md, "What changed").
+	ChangedPaths []string `yaml:"changedPaths" schema:"unique"`
 	// Initial selects what happens when there is no checkpoint.
 	Initial Initial `yaml:"initial"`
 }
@@ -688,6 +693,7 @@ func (s *Source) Shaping() event.ShapingOptions {
 		IgnoreChanges:     slices.Clone(s.IgnoreChanges),
 		KeepManagedFields: s.KeepManagedFields,
 		KeepLastApplied:   s.KeepLastAppliedConfiguration,
+		ChangedPaths:      slices.Clone(s.ChangedPaths),
 	}
 }
 

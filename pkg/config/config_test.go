@@ -33,7 +33,7 @@ func TestFixtures(t *testing.T) {
 bad-unknown-key-top.yaml: sources: at least one source is required`,
 
 		"bad-unknown-key-nested.yaml": `bad-unknown-key-nested.yaml:12: sources[1].namespace: unknown key (did you mean "namespaces"?)
-bad-unknown-key-nested.yaml:13: sources[1].selector: unknown key (valid keys: name, apiVersion, kind, resource, namespaces, labelSelector, fieldSelector, eventTypes, payload, keepManagedFields, keepLastAppliedConfiguration, allowSecretData, drop, ignoreChanges, initial)`,
+bad-unknown-key-nested.yaml:13: sources[1].selector: unknown key (valid keys: name, apiVersion, kind, resource, namespaces, labelSelector, fieldSelector, eventTypes, payload, keepManagedFields, keepLastAppliedConfiguration, allowSecretData, drop, ignoreChanges, changedPaths, initial)`,
 
 		"bad-wrong-type.yaml": `bad-wrong-type.yaml:3: nats.url: expected a string, got a list
 bad-wrong-type.yaml:4: nats.maxInFlight: expected an integer, got "lots"
@@ -81,6 +81,12 @@ bad-drop.yaml:18: sources[0].ignoreChanges[2]: unterminated quoted member name s
 bad-drop.yaml:23: sources[1].drop[0]: "spec.containers[*]" ends with [*]: a path selects a member (to remove the whole list, use "spec.containers")
 bad-drop.yaml:24: sources[1].drop[1]: empty path
 bad-drop.yaml:25: sources[1].ignoreChanges[0]: empty member name at offset 0`,
+
+		"bad-changed-paths.yaml": `bad-changed-paths.yaml:2: nats.index.fingerprintKeyFile: required with sources[1].changedPaths on Secrets (source "secrets"): the index bucket stores a fingerprint of each path of every Secret, which must be keyed
+bad-changed-paths.yaml:11: sources[0].changedPaths[1]: "spec.template.spec.containers[*].image" has a [*] step: a changed path selects one member (select the member holding the list)
+bad-changed-paths.yaml:12: sources[0].changedPaths[2]: unexpected "]" at offset 6
+bad-changed-paths.yaml:14: sources[0].changedPaths[4]: duplicate path "spec" (first at sources[0].changedPaths[0])
+bad-changed-paths.yaml:19: sources[1].changedPaths: fingerprints parts of the Secret (relayd reads whole Secrets and stores a hash of each path in the index bucket); remove it, or set sources[1].allowSecretData: true`,
 
 		"bad-secret-payload.yaml": `bad-secret-payload.yaml:7: sources[0].payload: full publishes the Secret's data; use metadata or reference, or set sources[0].allowSecretData: true
 bad-secret-payload.yaml:12: sources[1].payload: full publishes the Secret's data; use metadata or reference, or set sources[1].allowSecretData: true`,

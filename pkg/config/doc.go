@@ -254,6 +254,15 @@
 //     ignoreChanges reads whole objects (not PartialObjectMetadata): a
 //     change outside the ignored paths, its data included, is still
 //     published. Fine with any eventTypes.
+//   - changedPaths (default none): up to 64 field paths, same syntax but
+//     without [*], whose content relayd fingerprints one by one (64 bits
+//     each, in the object index and its bucket): each modified event
+//     carries relaydchanged, the paths whose content differs from the
+//     version published before, and relaydchangedunknown, those for which
+//     no earlier fingerprint is known (docs/CONSUMING.md, "What changed").
+//     A metadata or reference source with changedPaths reads whole
+//     objects. On Secrets it needs allowSecretData and
+//     nats.index.fingerprintKeyFile.
 //   - initial (default snapshot): without a checkpoint, snapshot publishes
 //     every existing object first (origin "initial"); none starts from now.
 //

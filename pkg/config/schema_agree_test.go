@@ -204,6 +204,7 @@ var schemaCannot = map[string]string{
 	"bad-field-selector.yaml":            "the syntax of a field selector",
 	"bad-label-selector.yaml":            "the syntax of a label selector",
 	"bad-secret-ignore-changes.yaml":     "a rule between keys (Secrets and allowSecretData)",
+	"bad-changed-paths.yaml":             "the path syntax, and a rule between keys (Secrets and allowSecretData)",
 	"bad-secret-last-applied.yaml":       "a rule between keys (Secrets and allowSecretData)",
 	"bad-secret-payload.yaml":            "a rule between keys (Secrets and allowSecretData)",
 	"bad-empty.yaml":                     "not a document: helm reads an empty config as null",

@@ -483,6 +483,9 @@ func (v *validator) payload(p string, s *Source) {
 	if len(s.IgnoreChanges) > 0 && s.IsSecret() && !s.AllowSecretData {
 		v.add(p+".ignoreChanges", "fingerprints the Secret's data (relayd reads whole Secrets and stores a hash of each in the index bucket); remove it, or set %s.allowSecretData: true", p)
 	}
+	if len(s.ChangedPaths) > 0 && s.IsSecret() && !s.AllowSecretData {
+		v.add(p+".changedPaths", "fingerprints parts of the Secret (relayd reads whole Secrets and stores a hash of each path in the index bucket); remove it, or set %s.allowSecretData: true", p)
+	}
 }
 
 // fingerprintKey checks that the fingerprints of Secrets are keyed: a
@@ -496,10 +499,13 @@ func (v *validator) fingerprintKey(c *Config) {
 		if s := &c.Sources[i]; s.IsSecret() && len(s.IgnoreChanges) > 0 {
 			v.add("nats.index.fingerprintKeyFile", "required with sources[%d].ignoreChanges on Secrets (source %q): the index bucket stores a fingerprint of every Secret, data included, which must be keyed", i, s.Name)
 		}
+		if s := &c.Sources[i]; s.IsSecret() && len(s.ChangedPaths) > 0 {
+			v.add("nats.index.fingerprintKeyFile", "required with sources[%d].changedPaths on Secrets (source %q): the index bucket stores a fingerprint of each path of every Secret, which must be keyed", i, s.Name)
+		}
 	}
 }
 
-// shaping reports every drop and ignoreChanges path that event.NewShaping
+// shaping reports every drop, ignoreChanges and changedPaths path that event.NewShaping
 // rejects, at the path of the list item.
 func (v *validator) shaping(p string, s *Source) {
 	_, err := event.NewShaping(s.Shaping())

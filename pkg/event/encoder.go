@@ -230,6 +230,11 @@ type Change struct {
 	// k8smanager, k8soperation and k8ssubresource. The zero Author adds
 	// none of them.
 	Author Author
+	// Changed is which of the source's changedPaths differ from the
+	// version published before (a modified event): the extensions
+	// relaydchanged and relaydchangedunknown. The zero ChangedSet adds
+	// neither.
+	Changed ChangedSet
 }
 
 // Message is one NATS message. Header has the type of nats.Header.
@@ -475,7 +480,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	// Fixed text is ~470 bytes; strings are counted twice (subject path,
 	// extensions), escapes are rare and only make append grow once.
 	n := 600 + len(data) + len(ev.id) + dropLen(c.Dropped) + 2*(len(m.Namespace)+len(m.Name)+len(r.Group)+len(r.Version)+len(r.Resource)) +
-		len(m.APIVersion) + len(m.Kind) + len(m.UID) + len(m.ResourceVersion) + len(e.jsonSrcType) + len(e.jsonCluster) + c.Author.jsonLen()
+		len(m.APIVersion) + len(m.Kind) + len(m.UID) + len(m.ResourceVersion) + len(e.jsonSrcType) + len(e.jsonCluster) + c.Author.jsonLen() + c.Changed.jsonLen()
 	buf := e.newBody(n)
 	b := append(buf.b[:0], `{"specversion":"`+SpecVersion+`","id":`...)
 	b = appendJSONString(b, ev.id)
@@ -527,6 +532,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 		}
 		b = append(b, '"')
 	}
+	b = c.Changed.appendJSON(b)
 	if !bare {
 		b = append(b, `,"data":`...)
 		b = append(b, data...)
@@ -624,6 +630,7 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, f 
 	if len(c.Dropped) > 0 && !oversize {
 		hb.ce(HeaderPrefix+"relayddropped", strings.Join(c.Dropped, ","))
 	}
+	c.Changed.headers(&hb)
 	if !bare {
 		hb.add(HeaderContentType, ContentTypeJSON)
 	}

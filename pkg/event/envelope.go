@@ -52,6 +52,14 @@ type Envelope struct {
 	// nothing was removed. Split it with strings.Split: canonical paths
 	// never contain ','.
 	RelaydDropped string `json:"relayddropped"`
+	// RelaydChanged is the relaydchanged extension of a modified event of
+	// a source with changedPaths: the canonical paths whose content
+	// differs from the version published before, joined by ","; ""
+	// when none did. RelaydChangedUnknown (relaydchangedunknown) lists
+	// the paths for which relayd does not know (docs/CONSUMING.md, "What
+	// changed").
+	RelaydChanged        string `json:"relaydchanged"`
+	RelaydChangedUnknown string `json:"relaydchangedunknown"`
 
 	Data json.RawMessage `json:"data"`
 }
@@ -181,6 +189,10 @@ func (env *Envelope) setAttr(name, v string) error {
 		env.RelaydFinalUnknown, err = strconv.ParseBool(v)
 	case "relayddropped":
 		env.RelaydDropped = v
+	case "relaydchanged":
+		env.RelaydChanged = v
+	case "relaydchangedunknown":
+		env.RelaydChangedUnknown = v
 	}
 	return err
 }

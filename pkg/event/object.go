@@ -51,7 +51,8 @@ type member struct {
 	val  int   // offset just past the value
 	prev int   // offset just past the previous member's value in the same object; -1 if first
 	next int   // offset of the next member's key in the same object; -1 if last
-	drop int32 // index of the Shaping's drop path ending here; -1 if none
+	drop int16 // index of the Shaping's drop path ending here; -1 if none
+	chg  int16 // index of the Shaping's changedPaths path ending here; -1 if none
 	mask uint8 // cat* bits: why the member was selected
 }
 
@@ -63,6 +64,7 @@ const (
 	catManagedFields                   // metadata.managedFields
 	catLastApplied                     // the last-applied-configuration annotation
 	catVolatile                        // apiVersion, kind, metadata.resourceVersion, metadata.generation: not fingerprinted
+	catChanged                         // a ShapingOptions.ChangedPaths path: fingerprinted on its own
 )
 
 // The slots of Object.fix.
@@ -414,7 +416,7 @@ const noMember = -1
 // open records the member of node c whose key starts at keyStart and returns
 // a handle to it: >= 0 is an index in recs, < -1 a slot of fix.
 func (w *walker) open(c *node, keyStart, prevEnd int) int {
-	m := member{key: keyStart, prev: prevEnd, next: -1, drop: c.drop, mask: c.mask}
+	m := member{key: keyStart, prev: prevEnd, next: -1, drop: c.drop, chg: c.chg, mask: c.mask}
 	if c.fixed >= 0 && w.o.fix[c.fixed].key == 0 {
 		w.o.fix[c.fixed] = m
 		return -2 - int(c.fixed)

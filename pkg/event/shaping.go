@@ -27,6 +27,10 @@ type ShapingOptions struct {
 	// KeepLastApplied keeps the annotation LastAppliedAnnotation; otherwise
 	// it is removed.
 	KeepLastApplied bool
+	// ChangedPaths lists paths whose content is fingerprinted one by one,
+	// for the relaydchanged extension (Object.PathFingerprints, see
+	// changed.go). At most MaxChangedPaths, none with [*].
+	ChangedPaths []string
 }
 
 // Shaping is how one source shapes what it publishes; compiled once by
@@ -38,6 +42,7 @@ type Shaping struct {
 	root   *node    // the paths as a tree, built-in members included
 	drops  []string // canonical Drop paths; node.drop indexes them
 	ignore []string // canonical IgnoreChanges paths
+	chg    []string // canonical ChangedPaths paths; node.chg indexes them
 }
 
 // ShapingError is one problem NewShaping found with one path.
@@ -92,6 +97,7 @@ func NewShaping(o ShapingOptions) (*Shaping, error) {
 			IgnoreChanges:     slices.Clone(o.IgnoreChanges),
 			KeepManagedFields: o.KeepManagedFields,
 			KeepLastApplied:   o.KeepLastApplied,
+			ChangedPaths:      slices.Clone(o.ChangedPaths),
 		},
 		root: builtinTree(),
 	}
@@ -101,8 +107,12 @@ func NewShaping(o ShapingOptions) (*Shaping, error) {
 		first := map[string]int{}
 		for i, str := range paths {
 			p, err := ParsePath(str)
-			if err == nil {
-				err = checkShapingPath(p, cat == catDrop)
+			switch {
+			case err != nil:
+			case cat == catChanged:
+				err = checkChangedPath(p, i)
+			default:
+				err = checkShapingPath(p, cat == catDrop, i)
 			}
 			if err == nil {
 				c := p.String()
@@ -118,8 +128,11 @@ func NewShaping(o ShapingOptions) (*Shaping, error) {
 			}
 			n := s.root.insert(p)
 			n.mask |= cat
-			if cat == catDrop {
-				n.drop = int32(len(canon))
+			switch cat {
+			case catDrop:
+				n.drop = int16(len(canon))
+			case catChanged:
+				n.chg = int16(len(canon))
 			}
 			canon = append(canon, p.String())
 		}
@@ -127,6 +140,7 @@ func NewShaping(o ShapingOptions) (*Shaping, error) {
 	}
 	s.drops = add("drop", o.Drop, catDrop)
 	s.ignore = add("ignoreChanges", o.IgnoreChanges, catIgnore)
+	s.chg = add("changedPaths", o.ChangedPaths, catChanged)
 	if len(errs) == 1 {
 		return nil, errs[0]
 	}
@@ -136,8 +150,15 @@ func NewShaping(o ShapingOptions) (*Shaping, error) {
 	return s, nil
 }
 
-// checkShapingPath says why p cannot be a Drop (drop) or IgnoreChanges path.
-func checkShapingPath(p Path, drop bool) error {
+// maxDropPaths bounds the Drop paths (member.drop is an int16).
+const maxDropPaths = 1<<15 - 1
+
+// checkShapingPath says why p, the i-th path of its list, cannot be a Drop
+// (drop) or IgnoreChanges path.
+func checkShapingPath(p Path, drop bool, i int) error {
+	if drop && i >= maxDropPaths {
+		return fmt.Errorf("more than %d drop paths", maxDropPaths)
+	}
 	if p.segs[len(p.segs)-1].all {
 		parent := Path{segs: p.segs[:len(p.segs)-1]}
 		return fmt.Errorf("%q ends with [*]: a path selects a member (to remove the whole list, use %q)", p.String(), parent.String())
@@ -164,6 +185,7 @@ func (s *Shaping) Options() ShapingOptions {
 	o := s.opts
 	o.Drop = slices.Clone(o.Drop)
 	o.IgnoreChanges = slices.Clone(o.IgnoreChanges)
+	o.ChangedPaths = slices.Clone(o.ChangedPaths)
 	return o
 }
 
@@ -192,10 +214,11 @@ type node struct {
 	all   *node   // [*]: every element of an array
 	mask  uint8   // cat* of the paths ending here
 	fixed int8    // slot in Object.fix; -1 for none
-	drop  int32   // index of the Drop path ending here in Shaping.drops; -1 for none
+	drop  int16   // index of the Drop path ending here in Shaping.drops; -1 for none
+	chg   int16   // index of the ChangedPaths path ending here in Shaping.chg; -1 for none
 }
 
-func newNode(name string) *node { return &node{name: name, fixed: -1, drop: -1} }
+func newNode(name string) *node { return &node{name: name, fixed: -1, drop: -1, chg: -1} }
 
 // child returns the child of n named k, or nil (also when n is nil).
 func (n *node) child(k []byte) *node {

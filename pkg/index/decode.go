@@ -7,6 +7,7 @@ import "bytes"
 type rawValue struct {
 	f                          fields[[]byte]
 	fingerprint, kid, managers []byte
+	paths                      []byte
 	v                          uint64
 }
 
@@ -29,6 +30,7 @@ func parseCanonical(data []byte) (r rawValue, ok bool) {
 		(!p.lit(`,"fingerprint":`) || p.str(&r.fingerprint)) &&
 		(!p.lit(`,"fingerprintKeyID":`) || p.str(&r.kid)) &&
 		(!p.lit(`,"managers":`) || p.str(&r.managers)) &&
+		(!p.lit(`,"paths":`) || p.str(&r.paths)) &&
 		(!p.lit(`,"v":`) || p.uint(&r.v)) &&
 		p.lit("}") && len(p.b) == 0
 	return r, ok

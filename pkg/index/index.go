@@ -38,6 +38,15 @@ type Object struct {
 	// differ from them (docs/CONSUMING.md, "Who changed it"); 0 when not
 	// known.
 	Managers uint64
+	// Paths are the fingerprints of the source's changedPaths in the
+	// published version (event.Fingerprinter.PathFingerprints), 8 bytes
+	// big-endian each, in the order of the paths (see paths.go); ""
+	// when the index has no paths (Index.WithPaths), or none are known.
+	// A zero fingerprint is not known.
+	Paths string
+	// PathSet identifies the paths and the key of Paths
+	// (event.Shaping.PathSetID); the bucket stores it with them.
+	PathSet uint64
 }
 
 // Outcome is what a relisted object is, compared with the index.
@@ -65,7 +74,9 @@ func (o Outcome) String() string {
 type key [16]byte
 
 // entry is 40 bytes: the resourceVersion and the sync mark share a word so
-// that the fingerprint costs no memory over an index without it.
+// that the fingerprint costs no memory over an index without it. An index
+// with changedPaths keeps their fingerprints after the name, in the same
+// string (see paths.go): 8 bytes per path, nothing without.
 type entry struct {
 	rvm  uint64 // numeric resourceVersion << markBits | sync mark; resourceVersion 0 means "see Index.rvs"
 	fp   uint64 // Object.Fingerprint
@@ -95,6 +106,10 @@ type Index struct {
 	rvs  map[key]string // resourceVersions that are not decimal integers (rare)
 	uids map[key]string // uids that are not UUIDs (rare)
 	mark uint16
+	// npaths is how many path fingerprints follow each entry's name;
+	// pathSet identifies them (see WithPaths).
+	npaths  int
+	pathSet uint64
 }
 
 // New returns an empty index.
@@ -230,24 +245,31 @@ func writeText[S text](b *strings.Builder, s S) {
 }
 
 func (x *Index) object(k key, e entry) Object {
-	o := Object{UID: x.uidOf(k), ResourceVersion: x.rvOf(k, e), Name: e.name, Fingerprint: e.fp, Managers: e.mf}
+	name, paths := x.split(e)
+	o := Object{UID: x.uidOf(k), ResourceVersion: x.rvOf(k, e), Name: name, Fingerprint: e.fp, Managers: e.mf, Paths: paths}
+	if paths != "" {
+		o.PathSet = x.pathSet
+	}
 	// Names and namespaces cannot contain '/' (they are path segments).
-	if i := strings.IndexByte(e.name, '/'); i >= 0 {
-		o.Namespace, o.Name = e.name[:i], e.name[i+1:]
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		o.Namespace, o.Name = name[:i], name[i+1:]
 	}
 	return o
 }
 
-// fields are an object's uid, namespace, name and resourceVersion.
-type fields[S text] struct{ uid, ns, name, rv S }
+// fields are an object's uid, namespace, name and resourceVersion, and its
+// path fingerprints (Object.Paths).
+type fields[S text] struct{ uid, ns, name, rv, paths S }
 
 func fieldsOf(o Object) fields[string] {
-	return fields[string]{o.UID, o.Namespace, o.Name, o.ResourceVersion}
+	return fields[string]{o.UID, o.Namespace, o.Name, o.ResourceVersion, o.Paths}
 }
 
 func store[S text](x *Index, k key, isUUID bool, o fields[S], fp, mf uint64, old entry, existed bool) {
 	e := old
-	if !existed || e.name == "" {
+	if x.npaths > 0 {
+		storeName(x, &e, o, existed)
+	} else if !existed || e.name == "" {
 		e.name = joinName(o.ns, o.name)
 	}
 	e.fp, e.mf = fp, mf
@@ -295,13 +317,16 @@ func (x *Index) Put(o Object) bool {
 // putLoaded is Put of an object read from the bucket, given as the bytes
 // of its entry's members: the index keeps copies, never the bytes.
 func (x *Index) putLoaded(o fields[[]byte], fp, mf uint64) bool {
+	if x.npaths == 0 {
+		o.paths = nil
+	}
 	return put(x, o, fp, mf)
 }
 
 func put[S text](x *Index, o fields[S], fp, mf uint64) bool {
 	k, isUUID := keyOf(o.uid)
 	e, ok := x.m[k]
-	if ok && sameRV(x, k, e, o.rv) && (fp == 0 || e.fp == fp) && (mf == 0 || e.mf == mf) {
+	if ok && sameRV(x, k, e, o.rv) && (fp == 0 || e.fp == fp) && (mf == 0 || e.mf == mf) && samePaths(x, e, o.paths) {
 		return false
 	}
 	store(x, k, isUUID, o, fp, mf, e, ok)

@@ -270,6 +270,7 @@ type value struct {
 	Fingerprint      string `json:"fingerprint,omitempty"`
 	FingerprintKeyID string `json:"fingerprintKeyID,omitempty"`
 	Managers         string `json:"managers,omitempty"`
+	Paths            string `json:"paths,omitempty"`
 	V                uint64 `json:"v"`
 }
 
@@ -282,6 +283,7 @@ func valueOf(o Object, keyID string) value {
 	if o.Managers != 0 {
 		v.Managers = fmt.Sprintf("%016x", o.Managers)
 	}
+	v.Paths = pathsHex(o)
 	return v
 }
 
@@ -303,6 +305,13 @@ func (v value) object() (Object, error) {
 			return o, fmt.Errorf("managers %q is not 16 hex digits", v.Managers)
 		}
 		o.Managers = mf
+	}
+	if v.Paths != "" {
+		set, paths, ok := parsePathsHex([]byte(v.Paths), nil)
+		if !ok {
+			return o, fmt.Errorf("paths %q is not a multiple of 16 hex digits, at least 32", v.Paths)
+		}
+		o.PathSet, o.Paths = set, string(paths)
 	}
 	return o, nil
 }

@@ -182,6 +182,14 @@ func (b *Bucket) loadEntry(e jetstream.KeyValueEntry, x *Index, l *Loaded, corru
 		if len(r.managers) > 0 && ok {
 			mf, ok = parseHex64(r.managers)
 		}
+		var buf [8 * maxPaths]byte
+		if len(r.paths) > 0 && ok {
+			var set uint64
+			set, r.f.paths, ok = parsePathsHex(r.paths, buf[:0])
+			if set != x.pathSet {
+				r.f.paths = nil // other paths or another key: not known
+			}
+		}
 		if ok { // else decoded below, for its error
 			if fp != 0 && string(r.kid) != b.keyID {
 				fp = 0
@@ -211,6 +219,9 @@ func (b *Bucket) loadEntry(e jetstream.KeyValueEntry, x *Index, l *Loaded, corru
 	if o.Fingerprint != 0 && v.FingerprintKeyID != b.keyID {
 		o.Fingerprint = 0
 		l.OtherKey = append(l.OtherKey, o.UID)
+	}
+	if o.PathSet != x.pathSet {
+		o.Paths = ""
 	}
 	x.Put(o)
 	l.Objects++

@@ -103,6 +103,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	if it.Type != event.Deleted {
 		author, obj.Managers = it.Object.AuthorSince(w.ix.idx.Managers(meta.UID))
 	}
+	changed := w.pathChanges(it, &obj)
 	c := w.applyToIndex(it, obj)
 	switch {
 	case c.suppress:
@@ -139,6 +140,9 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.o.Source.Payload), Data: data, Dropped: dropped,
 	}
 	ch.Author = author
+	if c.typ == event.Modified {
+		ch.Changed = changed
+	}
 	msg, err := w.encode(&ch, len(it.Object.Raw))
 	if buf != nil && cap(data) <= maxKeptPayload { // the encoder copied it
 		*buf = data[:0]

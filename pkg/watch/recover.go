@@ -33,7 +33,7 @@ func (w *Watch) loadIndex(ctx context.Context) (relist event.RelistReason, err e
 	if err != nil {
 		return "", err
 	}
-	x := index.New()
+	x := index.New().WithPaths(w.o.Shaping.NumChangedPaths(), w.paths.set)
 	l, err := b.Load(ctx, w.ix.prefix, x)
 	n := l.Objects
 	var corrupt *index.CorruptError

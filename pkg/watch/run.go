@@ -159,7 +159,7 @@ func (w *Watch) watcherOptions() source.Options {
 		// ignoreChanges the whole object is read all the same: a change
 		// anywhere outside the ignored paths (a ConfigMap's data, say)
 		// must still be published, as metadata.
-		MetadataOnly: src.Payload != config.PayloadFull && w.fp == nil,
+		MetadataOnly: src.Payload != config.PayloadFull && w.fp == nil && w.paths.fp == nil,
 		Shaping:      w.o.Shaping,
 	}
 }

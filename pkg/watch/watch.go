@@ -212,6 +212,7 @@ type Watch struct {
 	// fp computes the objects' fingerprints (Options.FingerprintKey) when
 	// the source has ignoreChanges, nil otherwise; the Supervise goroutine's.
 	fp         *event.Fingerprinter
+	paths      pathState // the source's changedPaths (changed.go)
 	trackedG   prometheus.Gauge
 	filtered   prometheus.Counter
 	suppressed prometheus.Counter
@@ -280,6 +281,9 @@ func New(o Options) *Watch {
 	}
 	if o.Shaping != nil && len(src.IgnoreChanges) > 0 {
 		w.fp = event.NewFingerprinter(o.FingerprintKey)
+	}
+	if o.Shaping.NumChangedPaths() > 0 {
+		w.paths.fp, w.paths.set = event.NewFingerprinter(o.FingerprintKey), o.Shaping.PathSetID(o.FingerprintKey.ID())
 	}
 	w.pipe = o.Pipelines.NewPipe(src.Name, w)
 	w.restarts = retry.NewFailures(w.log, "source stopped; restarting", retry.LogChanges())
