@@ -66,7 +66,7 @@ func FuzzParseCanonical(f *testing.F) {
 			t.Fatalf("parseCanonical read %q, encoding/json refuses it: %v", data, err)
 		}
 		got := value{UID: string(r.f.uid), Namespace: string(r.f.ns), Name: string(r.f.name), ResourceVersion: string(r.f.rv),
-			Fingerprint: string(r.fingerprint), FingerprintKeyID: string(r.kid), Managers: string(r.managers), V: r.v}
+			Fingerprint: string(r.fingerprint), FingerprintKeyID: string(r.kid), Managers: string(r.managers), Paths: string(r.paths), V: r.v}
 		if got != v {
 			t.Fatalf("%q: parseCanonical read %+v, encoding/json %+v", data, got, v)
 		}

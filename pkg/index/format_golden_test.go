@@ -27,7 +27,10 @@ import (
 //     (format version 1: "v":1 last; the fingerprint when known, and the
 //     ID of its key when keyed: value-v1-keyed.json; the managedFields
 //     digest when known: value-v1-managers.json, an optional member that
-//     relayds before it read through encoding/json and ignore);
+//     relayds before it read through encoding/json and ignore; the
+//     fingerprints of the source's changedPaths when known:
+//     value-v1-paths.json, "paths", the path set ID then one fingerprint
+//     per path, 16 hex digits each, optional the same way);
 //   - value-v0-*.json: values as older relayds wrote them, frozen: without
 //     "v" and without (before the fingerprint existed) or with a
 //     fingerprint. -update never rewrites these.
@@ -59,7 +62,11 @@ var (
 	goldenPods    = Prefix("pods", "shop")
 	goldenNodes   = Prefix("nodes", "")
 	goldenSecrets = Prefix("secrets", "shop")
+	goldenDeploys = Prefix("deployments", "shop")
 )
+
+// goldenPathSet is a source's changedPaths ID (event.Shaping.PathSetID).
+const goldenPathSet = 0x1a2b3c4d5e6f7081
 
 // goldenKeyID is a fingerprint key ID (event.FingerprintKey.ID).
 const goldenKeyID = "dcd201a6c8c10f67"
@@ -69,6 +76,8 @@ var goldenValues = []goldenValue{
 	{"value-v1-no-fingerprint.json", goldenPods, Object{UID: "7a3d2e4f-0b5c-4d6e-9f80-1b2c3d4e5f60", Namespace: "shop", Name: "web-7d9f8-fghij", ResourceVersion: "48214"}, true, ""},
 	{"value-v1-cluster-scoped.json", goldenNodes, Object{UID: "d41d8cd9-8f00-4b20-9e98-00998ecf8427", Name: "worker-1.eu.example", ResourceVersion: "777", Fingerprint: 0xfedcba9876543210}, true, ""},
 	{"value-v1-managers.json", goldenPods, Object{UID: "1e2f3a4b-5c6d-4e7f-8091-a2b3c4d5e6f7", Namespace: "shop", Name: "web-7d9f8-klmno", ResourceVersion: "48215", Fingerprint: 0x00c0ffee12345679, Managers: 0x0001a2b3c4d5e6f7}, true, ""},
+	{"value-v1-paths.json", goldenDeploys, Object{UID: "2a3b4c5d-6e7f-4a8b-9c0d-1e2f3a4b5c6d", Namespace: "shop", Name: "web", ResourceVersion: "48216",
+		Paths: "\x01\x02\x03\x04\x05\x06\x07\x08\xf0\xe1\xd2\xc3\xb4\xa5\x96\x87", PathSet: goldenPathSet}, true, ""},
 	{"value-v1-keyed.json", goldenSecrets, Object{UID: "0d1e2f30-4a5b-4c6d-8e9f-a0b1c2d3e4f5", Namespace: "shop", Name: "db-password", ResourceVersion: "48300", Fingerprint: 0x5e1f0a2b3c4d5e6f}, true, goldenKeyID},
 	// Written from the object index's first version until the fingerprint.
 	{"value-v0-before-fingerprint.json", goldenPods, Object{UID: "8b4e3f50-1c6d-4e7f-a091-2c3d4e5f6071", Namespace: "shop", Name: "db-0", ResourceVersion: "39999"}, false, ""},
@@ -207,6 +216,11 @@ func TestIndexGoldenFiles(t *testing.T) {
 func checkGoldenLoad(t *testing.T, view *Bucket, keyID, prefix string, gs []goldenValue) {
 	t.Helper()
 	x := New()
+	for _, g := range gs {
+		if g.obj.PathSet != 0 {
+			x.WithPaths(len(g.obj.Paths)/8, g.obj.PathSet)
+		}
+	}
 	l, err := view.Load(context.Background(), prefix, x)
 	if err != nil || l.Objects != len(gs) {
 		t.Fatalf("Load(%s) of the golden values with key ID %q: %+v, %v; want %d objects", prefix, keyID, l, err, len(gs))
@@ -220,6 +234,24 @@ func checkGoldenLoad(t *testing.T, view *Bucket, keyID, prefix string, gs []gold
 		}
 		if got, ok := x.Get(w.UID); !ok || got != w {
 			t.Errorf("Load(%s) with key ID %q: uid %s read as %+v (found %v), want %+v", prefix, keyID, w.UID, got, ok, w)
+		}
+	}
+	// An index of other changedPaths (or another key) loads no path
+	// fingerprints: not known.
+	if x.PathSet() != 0 {
+		y := New().WithPaths(2, x.PathSet()+1)
+		if _, err := view.Load(context.Background(), prefix, y); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gs {
+			w := g.obj
+			w.Paths, w.PathSet = "", 0
+			if w.Fingerprint != 0 && g.keyID != keyID {
+				w.Fingerprint = 0
+			}
+			if got, ok := y.Get(w.UID); !ok || got != w {
+				t.Errorf("Load(%s) under another path set: uid %s read as %+v (found %v), want %+v", prefix, w.UID, got, ok, w)
+			}
 		}
 	}
 	slices.Sort(otherKey)

@@ -31,13 +31,18 @@ func (x *Index) Paths(uid string) string {
 	return p
 }
 
-// split returns an entry's "namespace/name" and its path fingerprints.
+// split returns an entry's "namespace/name" and its path fingerprints (""
+// when none is known).
 func (x *Index) split(e entry) (name, paths string) {
 	n := 8 * x.npaths
 	if n == 0 || len(e.name) < n {
 		return e.name, ""
 	}
-	return e.name[:len(e.name)-n], e.name[len(e.name)-n:]
+	name, paths = e.name[:len(e.name)-n], e.name[len(e.name)-n:]
+	if strings.Count(paths, "\x00") == n {
+		return name, ""
+	}
+	return name, paths
 }
 
 // samePaths reports whether paths ("" or of another length: not known)
