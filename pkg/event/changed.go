@@ -204,27 +204,30 @@ func canonHash(data []byte, i int) (uint64, int, error) {
 
 func tagHash(tag byte) uint64 { return hash2(tag, 0, 0) }
 
-// hash2 hashes a tag and two words.
+// hash2 combines a tag and two words into one (the bytes of strings are
+// hashed with xxhash64; structure is combined with this, which costs a
+// few multiplications instead of a hash call per member).
 func hash2(tag byte, a, b uint64) uint64 {
-	var buf [17]byte
-	buf[0] = tag
-	binary.LittleEndian.PutUint64(buf[1:], a)
-	binary.LittleEndian.PutUint64(buf[9:], b)
-	return xxhash.Sum64(buf[:])
+	return mix64(mix64(a^uint64(tag)*0x9e3779b97f4a7c15) + b*0xc2b2ae3d27d4eb4f + 1)
+}
+
+// mix64 is splitmix64's finalizer: a bijection of 64-bit words whose
+// every output bit depends on every input bit.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // hashString hashes the decoded contents of the raw string s.
 func hashString(tag byte, s []byte, flags uint8) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	_, _ = d.Write([]byte{tag})
-	if stringIsPlain(s, flags) {
-		_, _ = d.Write(s)
-	} else {
+	if !stringIsPlain(s, flags) {
 		var buf [512]byte
-		_, _ = d.Write(appendUnquoted(buf[:0], s))
+		s = appendUnquoted(buf[:0], s)
 	}
-	return d.Sum64()
+	return hash2(tag, xxhash.Sum64(s), uint64(len(s)))
 }
 
 // canonObject is canonHash of the object at data[i] == '{'.
@@ -263,26 +266,23 @@ func canonObject(data []byte, i int) (uint64, int, error) {
 	}
 }
 
-// canonArray is canonHash of the array at data[i] == '['.
+// canonArray is canonHash of the array at data[i] == '[': its elements'
+// hashes chained in order.
 func canonArray(data []byte, i int) (uint64, int, error) {
-	var d xxhash.Digest
-	d.Reset()
-	_, _ = d.Write([]byte{tagArray})
+	var h, n uint64
 	i = skipWS(data, i+1)
 	if i >= len(data) {
 		return 0, 0, errTruncated(data)
 	}
 	if data[i] == ']' {
-		return d.Sum64(), i + 1, nil
+		return hash2(tagArray, 0, 0), i + 1, nil
 	}
 	for {
 		v, end, err := canonHash(data, i)
 		if err != nil {
 			return 0, 0, err
 		}
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], v)
-		_, _ = d.Write(b[:])
+		h, n = hash2(tagArray, h, v), n+1
 		i = skipWS(data, end)
 		if i >= len(data) {
 			return 0, 0, errTruncated(data)
@@ -291,7 +291,7 @@ func canonArray(data []byte, i int) (uint64, int, error) {
 		case ',':
 			i = skipWS(data, i+1)
 		case ']':
-			return d.Sum64(), i + 1, nil
+			return hash2(tagArray, h, n), i + 1, nil
 		default:
 			return 0, 0, errInvalid(data, i, "after array element")
 		}

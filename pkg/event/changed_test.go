@@ -412,3 +412,39 @@ func TestChangedPathsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Fingerprinting the paths allocates nothing (dst has room); a Change
+// without changedPaths encodes with exactly the allocations it had.
+func TestChangedPathsAllocations(t *testing.T) {
+	sh, err := NewShaping(ShapingOptions{ChangedPaths: []string{"spec", "status", "metadata.labels"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := loadPod(t)
+	o, err := ParseObjectShaped(raw, sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f *Fingerprinter
+	buf := f.PathFingerprints(&o, nil)
+	if n := testing.AllocsPerRun(100, func() { buf = f.PathFingerprints(&o, buf) }); n != 0 {
+		t.Errorf("PathFingerprints: %v allocations, want 0", n)
+	}
+	prev := PathsString(buf)
+	if n := testing.AllocsPerRun(100, func() { _ = CompareChanged(sh.ChangedPaths(), prev, buf) }); n != 0 {
+		t.Errorf("CompareChanged: %v allocations, want 0", n)
+	}
+	e := newTestEncoder(t, EncoderOptions{Cluster: "prod", Source: "pods", MaxPayload: 1 << 20})
+	c := &Change{Type: Modified, Origin: OriginWatch, Epoch: 1, Time: testTime, Resource: podsResource, Meta: o.Meta,
+		Payload: PayloadFull, Data: o.AppendPayload(nil, PayloadFull, false)}
+	encode := func() {
+		if _, err := e.Encode(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	without := testing.AllocsPerRun(100, encode)
+	c.Changed = ChangedSet{Paths: sh.ChangedPaths(), Changed: 0b011, Unknown: 0b100}
+	if with := testing.AllocsPerRun(100, encode); with != without {
+		t.Errorf("structured Encode with relaydchanged: %v allocations, without %v", with, without)
+	}
+}
