@@ -57,7 +57,9 @@
 //
 // A [Shaping] ([NewShaping], from [ShapingOptions]) holds a source's Drop
 // paths (removed from every payload), IgnoreChanges paths (left out of the
-// fingerprint) and whether to keep metadata.managedFields and the
+// fingerprint), ChangedPaths (fingerprinted one by one for the
+// relaydchanged extension: [Fingerprinter.PathFingerprints],
+// [CompareChanged]) and whether to keep metadata.managedFields and the
 // last-applied annotation ([LastAppliedAnnotation], which holds the whole
 // object as last applied by kubectl, a Secret's data included).
 // [ParseObjectShaped] and [ParseWatchEventShaped] record the byte span of

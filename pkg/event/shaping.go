@@ -47,7 +47,8 @@ type Shaping struct {
 
 // ShapingError is one problem NewShaping found with one path.
 type ShapingError struct {
-	// List is "drop" or "ignoreChanges" (the configuration keys).
+	// List is "drop", "ignoreChanges" or "changedPaths" (the
+	// configuration keys).
 	List string
 	// Index is the position of the path in its list.
 	Index int
@@ -69,7 +70,7 @@ func (e *ShapingError) Unwrap() error { return e.Err }
 // in one list (as written or in another spelling of the same path).
 type DuplicatePathError struct {
 	Path  string // the canonical path
-	List  string // "drop" or "ignoreChanges"
+	List  string // "drop", "ignoreChanges" or "changedPaths"
 	First int    // the position of its first occurrence in List
 }
 
@@ -87,7 +88,8 @@ func (e *DuplicatePathError) Error() string {
 //   - a path listed twice in the same list;
 //   - a Drop path that selects apiVersion, kind, metadata, or
 //     metadata.name, .namespace, .uid or .resourceVersion (or anything
-//     below them): they identify the object in every payload.
+//     below them): they identify the object in every payload;
+//   - a ChangedPaths path with a [*] step, or more than MaxChangedPaths.
 //
 // IgnoreChanges paths may select any member.
 func NewShaping(o ShapingOptions) (*Shaping, error) {
