@@ -206,6 +206,9 @@ func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetst
 	if env.RelaydChanged != "" {
 		kinds = append(kinds, "relaydchanged")
 	}
+	if env.RelaydChangedUnknown != "" {
+		kinds = append(kinds, "relaydchangedunknown")
+	}
 	if env.RelaydUnencodable {
 		kinds = append(kinds, "relaydunencodable")
 	}
@@ -234,7 +237,8 @@ func jsonEqual(a, b []byte) bool {
 // TestGoldenEventsConform runs checkMessage on the golden events of
 // pkg/event (pkg/event/testdata/golden, the bytes this version writes) that
 // the relays of the conformance test do not produce: an event sent without
-// data because even its reference exceeded the NATS max payload. (The other
+// data because even its reference exceeded the NATS max payload, and a
+// modified event with relaydchangedunknown (next to relaydchanged). (The other
 // golden events are not all for sdk-go: its HTTP binding does not
 // percent-decode ce-* header values, such as the %22 of a binary
 // relayddropped with quotes.)
@@ -247,7 +251,9 @@ func TestGoldenEventsConform(t *testing.T) {
 		t.Fatal(err)
 	}
 	files, err := filepath.Glob(filepath.Join(root, "pkg", "event", "testdata", "golden", "*-unencodable.msg"))
-	if err != nil || len(files) == 0 {
+	changed, err2 := filepath.Glob(filepath.Join(root, "pkg", "event", "testdata", "golden", "*-changed.msg"))
+	files = append(files, changed...)
+	if err = errors.Join(err, err2); err != nil || len(files) < 4 {
 		t.Fatalf("no golden events (%v)", err)
 	}
 	seen := map[string]int{}
@@ -273,6 +279,9 @@ func TestGoldenEventsConform(t *testing.T) {
 		for _, k := range checkMessage(t, schema, mode, m) {
 			seen[k]++
 		}
+	}
+	if seen["relaydchangedunknown"] != 2 || seen["relaydchanged"] != 2 {
+		t.Errorf("want the structured and the binary golden event with relaydchanged and relaydchangedunknown, saw %v", seen)
 	}
 	if seen["relaydunencodable"] != 2 {
 		t.Errorf("want the structured and the binary golden event without data, saw %v", seen)

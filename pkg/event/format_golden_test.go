@@ -183,7 +183,20 @@ func goldenEvents() []goldenEvent {
 			`"group":"","version":"v1","resource":"nodes","kind":"Node","namespaced":false}`),
 	}
 
+	// What changed: two of the source's changedPaths changed, one is not
+	// known (relaydchanged, relaydchangedunknown).
+	webChanged := func() *event.Change {
+		c := web()
+		c.Dropped = nil
+		c.Changed = event.ChangedSet{Paths: []string{"spec", "status", "metadata.labels"}, Changed: 0b101, Unknown: 0b010}
+		return c
+	}
+	changedEnv := webEnv
+	changedEnv.RelaydDropped, changedEnv.RelaydChanged, changedEnv.RelaydChangedUnknown = "", "spec,metadata.labels", "status"
+
 	return []goldenEvent{
+		{file: "structured-modified-changed.msg", opts: structured, change: webChanged(), want: changedEnv},
+		{file: "binary-modified-changed.msg", opts: binary, change: webChanged(), want: changedEnv},
 		{file: "structured-modified-full.msg", opts: structured, change: web(), want: webEnv},
 		{file: "binary-modified-full.msg", opts: binary, change: web(), want: webEnv},
 		{file: "structured-deleted-resync-final-state-unknown.msg", opts: cms, change: cmDelete(), want: cmEnv},
