@@ -1,0 +1,274 @@
+package filter
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func mustCompile(t testing.TB, expr string) *Filter {
+	t.Helper()
+	f, err := Compile(expr, Options{})
+	if err != nil {
+		t.Fatalf("Compile(%q): %v", expr, err)
+	}
+	return f
+}
+
+func readPod(t testing.TB) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("../event/testdata/pod.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// The three-clause filter of the benchmark: a label, a status field, a
+// container image regex.
+const podFilter = `object.metadata.labels['app.kubernetes.io/name'] == 'checkout-api' && object.status.phase == 'Running' && object.spec.containers.exists(c, c.image.matches('^registry\\.example\\.com/shop/'))`
+
+func TestMatchPod(t *testing.T) {
+	raw := readPod(t)
+	for _, tc := range []struct {
+		expr string
+		want bool
+	}{
+		{podFilter, true},
+		{`object.status.phase == 'Failed'`, false},
+		{`has(object.status.phase)`, true},
+		{`has(object.status.nope)`, false},
+		{`has(object.metadata.annotations) && 'prometheus.io/port' in object.metadata.annotations`, true},
+		{`object.spec.containers.exists(c, c.image.matches(':2\\.14\\.1$'))`, true},
+		{`object.spec.containers.all(c, c.image.startsWith('docker.io/'))`, false},
+		{`size(object.spec.containers) >= 1 && object.spec.containers[0].name != ''`, true},
+		{`object.metadata.name.matches('^checkout-api-[a-z0-9]+-[a-z0-9]+$')`, true},
+		{`object.spec.containers.map(c, c.name).exists(n, n == 'app')`, false},
+		{`object.kind in ['Pod', 'Deployment']`, true},
+		{`object.metadata.labels.exists(k, k.startsWith('app.kubernetes.io/'))`, true},
+		{`int(object.metadata.resourceVersion) > 1000`, true},
+		{`object.?status.?nope.orValue('x') == 'x'`, true},
+	} {
+		f := mustCompile(t, tc.expr)
+		got, err := f.Match(raw)
+		if err != nil {
+			t.Errorf("%s: %v", tc.expr, err)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%s = %v, want %v", tc.expr, got, tc.want)
+		}
+		ref, err := decodeJSON(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := f.matchValue(ref); err != nil || r != got {
+			t.Errorf("%s: decoded map gives %v, %v; lazy value %v", tc.expr, r, err, got)
+		}
+	}
+}
+
+func TestMatchErrors(t *testing.T) {
+	raw := readPod(t)
+	for _, tc := range []struct{ expr, want string }{
+		{`object.status.nope == 'x'`, "no such key: nope"},
+		{`object.spec.containers[99].name == 'x'`, "index out of bounds: 99"},
+		{`object.metadata.name > 3`, "no such overload"},
+		{`object.metadata.name`, "the expression yielded string, not a bool"},
+	} {
+		_, err := mustCompile(t, tc.expr).Match(raw)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.expr, err, tc.want)
+		}
+	}
+	f := mustCompile(t, `object.kind == 'Pod'`)
+	for _, in := range []string{``, `[]`, `"x"`, ` 1`} {
+		if _, err := f.Match([]byte(in)); err == nil || err.Error() != "the object is not a JSON object" {
+			t.Errorf("Match(%q): %v", in, err)
+		}
+	}
+	if _, err := f.Match([]byte(`{"kind":"Po`)); err == nil || !strings.Contains(err.Error(), "truncated JSON") {
+		t.Errorf("truncated: %v", err)
+	}
+}
+
+// TestNumbers: an integer literal is an int, anything else a double, and
+// the two compare as numbers.
+func TestNumbers(t *testing.T) {
+	raw := []byte(`{"a":3,"b":3.0,"c":1e2,"d":-0,"e":92233720368547758070}`)
+	for expr, want := range map[string]bool{
+		`type(object.a) == int`:                  true,
+		`type(object.b) == double`:               true,
+		`type(object.c) == double`:               true,
+		`object.a == object.b`:                   true,
+		`object.a + 1 == 4`:                      true,
+		`object.a > 2.5`:                         true,
+		`object.d == 0 && type(object.d) == int`: true,
+		`type(object.e) == double`:               true,
+	} {
+		got, err := mustCompile(t, expr).Match(raw)
+		if err != nil || got != want {
+			t.Errorf("%s = %v, %v; want %v", expr, got, err, want)
+		}
+	}
+}
+
+func TestCompileErrorColumns(t *testing.T) {
+	for _, tc := range []struct{ expr, want string }{
+		{`object.kind == 'Pod' && foo(object)`, `column 28: undeclared reference to 'foo' (in container '')`},
+		{`object.kind == `, `column 16: Syntax error: mismatched input '<EOF>' expecting`},
+		{"object.kind == 'Pod' &&\n  object.spec.replicas + 'x' > 1", `line 2, column 30: found no matching overload for '_>_' applied to '(string, int)'`},
+		{`object.metadata.name.size()`, `column 1: the expression yields int, not a bool`},
+		{`size(object) + 1`, `column 1: the expression yields int, not a bool`},
+	} {
+		_, err := Compile(tc.expr, Options{})
+		var ce *CompileError
+		if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Compile(%q): %v, want a CompileError starting %q", tc.expr, err, tc.want)
+		}
+	}
+}
+
+func TestCostLimits(t *testing.T) {
+	// Three nested loops over the object's lists: 256^3 iterations.
+	nested := `object.spec.containers.exists(c, c.ports.exists(p, object.spec.volumes.exists(v, v.name == c.name)))`
+	_, err := Compile(nested, Options{})
+	var ce *CostError
+	if !errors.As(err, &ce) || ce.Limit != DefaultMaxEstimatedCost {
+		t.Fatalf("Compile(nested): %v, want a CostError at the default limit", err)
+	}
+	if want := "estimated cost "; !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "exceeds the limit 1000000") {
+		t.Errorf("error text %q", err)
+	}
+	f := mustCompile(t, podFilter)
+	if _, hi := f.EstimatedCost(); hi > DefaultMaxEstimatedCost/10 {
+		t.Errorf("the pod filter's estimate %d is not far below the limit", hi)
+	}
+	two := mustCompile(t, `object.spec.containers.exists(c, c.ports.exists(p, p.containerPort == 80))`)
+	if _, hi := two.EstimatedCost(); hi > DefaultMaxEstimatedCost {
+		t.Errorf("two nested loops estimated at %d", hi)
+	}
+	// The runtime limit stops an evaluation that the estimate let
+	// through: a list far longer than assumed.
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := range 50000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"item-` + strconv.Itoa(i) + `"`)
+	}
+	b.WriteString(`]}`)
+	loop, err := Compile(`object.items.exists(a, object.items.exists(b, a + b == 'x'))`, Options{MaxEstimatedCost: 1 << 62})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loop.Match([]byte(b.String())); err == nil || !strings.Contains(err.Error(), "evaluation stopped after visiting 1000000 JSON members and elements (the runtime limit)") {
+		t.Errorf("runtime limit: %v", err)
+	}
+}
+
+// TestLazyEqualsDecoded is the property test: for random objects and a set
+// of expressions, the lazy value gives what evaluating on the decoded map
+// gives, result and error alike.
+func TestLazyEqualsDecoded(t *testing.T) {
+	exprs := []string{
+		`object.a == 1`, `has(object.a)`, `has(object.b.c)`, `object.b.c == 'x'`,
+		`object.l.exists(e, e == 2)`, `object.l.all(e, type(e) == int)`, `size(object.l) > 1`,
+		`2 in object.l`, `'c' in object.b`, `object.b == {'c': 'x'}`, `object.l == [1, 2]`,
+		`size(object) == 3`, `object.exists(k, k.startsWith('a'))`, `object.s.matches('^[a-c]+$')`,
+		`object.l.filter(e, type(e) == int).size() == 1`, `(object.l + [1]).size() > 1`,
+		`object.b.c.size() > 1`, `object.l[0] == object.a`, `object.n == null`, `object.d > 0.5`,
+		`object.b.exists_one(k, object.b[k] == true)`, `string(object.a) == '1'`, `object.s < 'b'`,
+		`object.?b.?c.orValue('') == 'x'`, `object.l.distinct().size() == size(object.l)`,
+		`sets.contains(object.l, [1])`, `object.s.lowerAscii() == object.s`, `dyn(object.b) != dyn(object.l)`,
+	}
+	filters := make([]*Filter, len(exprs))
+	for i, e := range exprs {
+		filters[i] = mustCompile(t, e)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 3000 {
+		raw := randomObject(rng, 0)
+		ref, err := decodeJSON(raw)
+		if err != nil {
+			t.Fatalf("object %d %s: %v", n, raw, err)
+		}
+		for i, f := range filters {
+			got, gerr := f.Match(raw)
+			want, werr := f.matchValue(ref)
+			if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && goType.ReplaceAllString(gerr.Error(), "T") != goType.ReplaceAllString(werr.Error(), "T")) {
+				t.Fatalf("%s on %s: lazy %v, %v; decoded %v, %v", exprs[i], raw, got, gerr, want, werr)
+			}
+		}
+	}
+}
+
+// goType matches the Go type names in cel-go's errors (*types.baseList
+// where the lazy value is *filter.jsonList).
+var goType = regexp.MustCompile(`\*[a-z]+\.[A-Za-z]+`)
+
+var keys = []string{"a", "b", "c", "l", "s", "n", "d", "a\\u0062", "\\u00e9"}
+
+// randomObject writes a random JSON object over a few keys (so that the
+// expressions meet them often), with whitespace and escapes.
+func randomObject(rng *rand.Rand, depth int) []byte {
+	var b strings.Builder
+	b.WriteString("{")
+	seen := map[string]bool{}
+	for range rng.IntN(5) {
+		k := keys[rng.IntN(len(keys))]
+		if seen[k] || (k == "a\\u0062" && seen["ab"]) {
+			continue
+		}
+		seen[k] = true
+		if len(seen) > 1 {
+			b.WriteString(pick(rng, ",", " , ", ",\n"))
+		}
+		fmt.Fprintf(&b, `"%s"%s`, k, pick(rng, ":", " : "))
+		b.WriteString(randomValue(rng, depth+1))
+	}
+	b.WriteString(pick(rng, "}", " }"))
+	return []byte(b.String())
+}
+
+func randomValue(rng *rand.Rand, depth int) string {
+	n := 9
+	if depth > 3 {
+		n = 6
+	}
+	switch rng.IntN(n) {
+	case 0:
+		return strconv.Itoa(rng.IntN(5) - 1)
+	case 1:
+		return pick(rng, "0.5", "1.0", "2e0", "-1.25", "0.0", "1E-2")
+	case 2:
+		return pick(rng, `"x"`, `"abc"`, `"é\u00e9"`, `"a\"b"`, `""`, `"B"`)
+	case 3:
+		return pick(rng, "true", "false")
+	case 4:
+		return "null"
+	case 5:
+		return strconv.FormatInt(rng.Int64(), 10)
+	case 6, 7:
+		var b strings.Builder
+		b.WriteString("[")
+		for i := range rng.IntN(4) {
+			if i > 0 {
+				b.WriteString(pick(rng, ",", ", "))
+			}
+			b.WriteString(randomValue(rng, depth+1))
+		}
+		b.WriteString("]")
+		return b.String()
+	default:
+		return string(randomObject(rng, depth))
+	}
+}
+
+func pick(rng *rand.Rand, s ...string) string { return s[rng.IntN(len(s))] }

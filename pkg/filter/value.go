@@ -1,0 +1,557 @@
+package filter
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+
+	"github.com/relayd/relayd/pkg/event"
+)
+
+// The lazy CEL value over an object's JSON bytes (docs/CONFIGURATION.md,
+// "filter"). A jsonMap or jsonList holds the bytes of one JSON object or
+// array and decodes a member only when the expression reaches it: selecting
+// object.status.phase skips the other members of the object and of status
+// with the scanner (pkg/event), and decodes only the phase string.
+//
+// JSON values become CEL values as follows: a string is a string, true and
+// false are bools, null is null, an object is a map with string keys, an
+// array is a list, and a number written without a fraction or exponent
+// that fits in 64 bits is an int, any other number a double (so
+// object.spec.replicas is an int, as it is in Kubernetes' typed CEL).
+// Duplicate keys are not expected in the apiserver's JSON: the first
+// occurrence is the one Find returns.
+
+// span is the bytes of one JSON value, validated when ok is true, and the
+// budget of the evaluation reading it.
+type span struct {
+	data []byte
+	ok   bool
+	b    *budget
+}
+
+// budget is the runtime limit of one evaluation: how many more JSON
+// members and elements the lazy value may visit (scanning past one
+// counts). It bounds the work of nested loops over lists far longer than
+// the estimate assumed (see DefaultMaxVisits).
+type budget struct {
+	left     int
+	exceeded bool
+}
+
+// visit counts one member or element; false once the budget is spent.
+func (b *budget) visit() bool {
+	if b.left <= 0 {
+		b.exceeded = true
+		return false
+	}
+	b.left--
+	return true
+}
+
+var errBudget = errors.New("budget exceeded")
+
+// check validates the whole span once; members returned by the scanner
+// are valid already.
+func (s *span) check() error {
+	if s.ok {
+		return nil
+	}
+	end, err := event.SkipValue(s.data, 0)
+	if err != nil {
+		return err
+	}
+	if skipWS(s.data, end) != len(s.data) {
+		return fmt.Errorf("invalid JSON at offset %d: data after the value", end)
+	}
+	s.ok = true
+	return nil
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
+
+func skipWS(data []byte, i int) int {
+	for i < len(data) && isSpace(data[i]) {
+		i++
+	}
+	return i
+}
+
+// valueAt converts the JSON value data[i:end] (validated) to a CEL value.
+func valueAt(b *budget, data []byte, i, end int) ref.Val {
+	switch data[i] {
+	case '{':
+		return &jsonMap{span: span{data: data[i:end], ok: true, b: b}}
+	case '[':
+		return &jsonList{span: span{data: data[i:end], ok: true, b: b}}
+	case '"':
+		return types.String(unquote(data[i:end]))
+	case 't':
+		return types.True
+	case 'f':
+		return types.False
+	case 'n':
+		return types.NullValue
+	}
+	return number(data[i:end])
+}
+
+// unquote decodes the validated JSON string s (with its quotes).
+func unquote(s []byte) string {
+	in := s[1 : len(s)-1]
+	for _, c := range in {
+		if c == '\\' || c >= 0x80 {
+			return string(event.AppendUnquoted(make([]byte, 0, len(in)), in))
+		}
+	}
+	return string(in)
+}
+
+// number is an int for an integer literal that fits in int64, else a
+// double.
+func number(s []byte) ref.Val {
+	integral := true
+	for _, c := range s {
+		if c == '.' || c == 'e' || c == 'E' {
+			integral = false
+			break
+		}
+	}
+	if integral {
+		if n, err := strconv.ParseInt(string(s), 10, 64); err == nil {
+			return types.Int(n)
+		}
+	}
+	f, err := strconv.ParseFloat(string(s), 64)
+	if err != nil {
+		// Out of range: encoding/json refuses it too.
+		return types.NewErr("number %s: %v", s, err)
+	}
+	return types.Double(f)
+}
+
+// keyEquals reports whether the JSON string data[i:end] (validated, plain
+// when plain) decodes to key.
+func keyEquals(data []byte, i, end int, plain bool, key string) bool {
+	raw := data[i+1 : end-1]
+	if plain {
+		return string(raw) == key
+	}
+	return unquote(data[i:end]) == key
+}
+
+// elements calls f with the span [v, vend) of each element of the array
+// (validated up to the elements visited); f returns false to stop.
+func (s *span) elements(f func(v, vend int) bool) error {
+	data := s.data
+	i := skipWS(data, 1)
+	if i < len(data) && data[i] == ']' {
+		return nil
+	}
+	for i < len(data) {
+		vend, err := event.SkipValue(data, i)
+		if err != nil {
+			return err
+		}
+		if !s.b.visit() {
+			return errBudget
+		}
+		if !f(i, vend) {
+			return nil
+		}
+		i = skipWS(data, vend)
+		if i < len(data) && data[i] == ',' {
+			i = skipWS(data, i+1)
+			continue
+		}
+		if i < len(data) && data[i] == ']' {
+			return nil
+		}
+		return fmt.Errorf("invalid JSON at offset %d: expected ',' or ']'", i)
+	}
+	return fmt.Errorf("truncated JSON at offset %d", len(data))
+}
+
+// materialize decodes the whole span into a CEL value of cel-go's own
+// types, for the operations that need all of it anyway (equality,
+// conversion, list concatenation).
+func (s *span) materialize() ref.Val {
+	if err := s.check(); err != nil {
+		return types.WrapErr(err)
+	}
+	v, err := decodeJSON(s.data)
+	if err != nil {
+		return types.WrapErr(err)
+	}
+	return types.DefaultTypeAdapter.NativeToValue(v)
+}
+
+// decodeJSON decodes data with encoding/json, numbers as valueAt reads
+// them: the reference the lazy value is tested against, and the decoder of
+// materialize.
+func decodeJSON(data []byte) (any, error) {
+	var v any
+	if err := unmarshalNumbers(data, &v); err != nil {
+		return nil, err
+	}
+	return convertNumbers(v)
+}
+
+func convertNumbers(v any) (any, error) {
+	var err error
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if x[k], err = convertNumbers(e); err != nil {
+				return nil, err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if x[i], err = convertNumbers(e); err != nil {
+				return nil, err
+			}
+		}
+	case json.Number:
+		switch n := number([]byte(x)).(type) {
+		case types.Int:
+			return int64(n), nil
+		case types.Double:
+			return float64(n), nil
+		case *types.Err:
+			return nil, n
+		}
+	}
+	return v, nil
+}
+
+// jsonMap is a JSON object as a CEL map. The object itself (the root)
+// remembers the members it has scanned, so that a second lookup in it
+// (object.metadata, then object.status) resumes where the first stopped
+// instead of skipping the same members again; nested maps, usually looked
+// up once, scan from their start each time and allocate nothing.
+type jsonMap struct {
+	span
+	root bool
+	mem  []member
+	next int  // where the next member of mem starts; 0: not started
+	done bool // every member is in mem
+}
+
+// member is the key span [k, kend) and the value span [v, vend) of a
+// member; plain when the key decodes to itself.
+type member struct {
+	k, kend, v, vend int
+	plain            bool
+}
+
+var _ traits.Mapper = (*jsonMap)(nil)
+
+// first is the offset of the first member, or -1 for an empty object.
+func (m *jsonMap) first() int {
+	if i := skipWS(m.data, 1); i >= len(m.data) || m.data[i] != '}' {
+		return i
+	}
+	return -1
+}
+
+// scan reads the member at i; next is the offset of the following one, or
+// -1 after the last.
+func (m *jsonMap) scan(i int) (e member, next int, err error) {
+	data := m.data
+	if i >= len(data) || data[i] != '"' {
+		return e, 0, fmt.Errorf("invalid JSON at offset %d: expected an object key", i)
+	}
+	kend, plain, err := event.ScanString(data, i)
+	if err != nil {
+		return e, 0, err
+	}
+	v := skipWS(data, kend)
+	if v >= len(data) || data[v] != ':' {
+		return e, 0, fmt.Errorf("invalid JSON at offset %d: expected ':'", v)
+	}
+	v = skipWS(data, v+1)
+	vend, err := event.SkipValue(data, v)
+	if err != nil {
+		return e, 0, err
+	}
+	if !m.b.visit() {
+		return e, 0, errBudget
+	}
+	e = member{k: i, kend: kend, v: v, vend: vend, plain: plain}
+	i = skipWS(data, vend)
+	switch {
+	case i < len(data) && data[i] == ',':
+		return e, skipWS(data, i+1), nil
+	case i < len(data) && data[i] == '}':
+		return e, -1, nil
+	}
+	return e, 0, fmt.Errorf("invalid JSON at offset %d: expected ',' or '}'", i)
+}
+
+// each calls f with each member until f returns false, from mem and then
+// scanning (recording into mem for the root).
+func (m *jsonMap) each(f func(e member) bool) error {
+	for _, e := range m.mem {
+		if !f(e) {
+			return nil
+		}
+	}
+	i := m.next
+	if i == 0 {
+		i = m.first()
+	}
+	for !m.done && i >= 0 {
+		e, next, err := m.scan(i)
+		if err != nil {
+			return err
+		}
+		if m.root {
+			m.mem = append(m.mem, e)
+			m.next = next
+		}
+		i = next
+		if !f(e) {
+			return nil
+		}
+	}
+	if m.root {
+		m.done = true
+	}
+	return nil
+}
+
+// Find looks key up; a key that is not a string is looked up in the
+// materialized map, for cel-go's own answer.
+func (m *jsonMap) Find(key ref.Val) (ref.Val, bool) {
+	k, ok := key.(types.String)
+	if !ok {
+		if full, ok := m.materialize().(traits.Mapper); ok {
+			return full.Find(key)
+		}
+		return m.materialize(), false
+	}
+	var found ref.Val
+	err := m.each(func(e member) bool {
+		if keyEquals(m.data, e.k, e.kend, e.plain, string(k)) {
+			found = valueAt(m.b, m.data, e.v, e.vend)
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return types.WrapErr(err), false
+	}
+	return found, found != nil
+}
+
+func (m *jsonMap) Get(key ref.Val) ref.Val {
+	v, found := m.Find(key)
+	if !found {
+		return types.ValOrErr(v, "no such key: %v", key)
+	}
+	return v
+}
+
+func (m *jsonMap) Contains(key ref.Val) ref.Val {
+	v, found := m.Find(key)
+	if !found && v != nil && types.IsError(v) {
+		return v
+	}
+	return types.Bool(found)
+}
+
+func (m *jsonMap) Size() ref.Val {
+	if err := m.check(); err != nil {
+		return types.WrapErr(err)
+	}
+	n := 0
+	if err := m.each(func(member) bool { n++; return true }); err != nil {
+		return types.WrapErr(err)
+	}
+	return types.Int(n)
+}
+
+func (m *jsonMap) IsZeroValue() bool { return m.Size() == types.Int(0) }
+
+// Iterator iterates over the keys; over none when the evaluation is over
+// budget (Match reports it).
+func (m *jsonMap) Iterator() traits.Iterator {
+	if err := m.check(); err != nil {
+		return &sliceIter{vals: []ref.Val{types.WrapErr(err)}}
+	}
+	var keys []ref.Val
+	err := m.each(func(e member) bool {
+		keys = append(keys, types.String(unquote(m.data[e.k:e.kend])))
+		return true
+	})
+	if err != nil {
+		keys = nil
+	}
+	return &sliceIter{vals: keys}
+}
+
+func (m *jsonMap) Equal(other ref.Val) ref.Val { return m.materialize().Equal(other) }
+func (m *jsonMap) Type() ref.Type              { return types.MapType }
+func (m *jsonMap) Value() any                  { return m.materialize().Value() }
+func (m *jsonMap) ConvertToType(t ref.Type) ref.Val {
+	if t == types.MapType {
+		return m
+	}
+	return m.materialize().ConvertToType(t)
+}
+func (m *jsonMap) ConvertToNative(t reflect.Type) (any, error) {
+	return m.materialize().ConvertToNative(t)
+}
+
+// jsonList is a JSON array as a CEL list.
+type jsonList struct{ span }
+
+var _ traits.Lister = (*jsonList)(nil)
+
+func (l *jsonList) Get(index ref.Val) ref.Val {
+	i, err := types.IndexOrError(index)
+	if err != nil {
+		return types.WrapErr(err)
+	}
+	if err := l.check(); err != nil {
+		return types.WrapErr(err)
+	}
+	var found ref.Val
+	n := 0
+	err = l.elements(func(v, vend int) bool {
+		if n == i {
+			found = valueAt(l.b, l.data, v, vend)
+			return false
+		}
+		n++
+		return true
+	})
+	if err != nil {
+		return types.WrapErr(err)
+	}
+	if found == nil {
+		return types.NewErr("index out of range: %d", i)
+	}
+	return found
+}
+
+func (l *jsonList) Size() ref.Val {
+	if err := l.check(); err != nil {
+		return types.WrapErr(err)
+	}
+	n := 0
+	if err := l.elements(func(int, int) bool { n++; return true }); err != nil {
+		return types.WrapErr(err)
+	}
+	return types.Int(n)
+}
+
+func (l *jsonList) IsZeroValue() bool { return l.Size() == types.Int(0) }
+
+func (l *jsonList) Contains(elem ref.Val) ref.Val {
+	if err := l.check(); err != nil {
+		return types.WrapErr(err)
+	}
+	found := false
+	err := l.elements(func(v, vend int) bool {
+		if elem.Equal(valueAt(l.b, l.data, v, vend)) == types.True {
+			found = true
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return types.WrapErr(err)
+	}
+	return types.Bool(found)
+}
+
+func (l *jsonList) Iterator() traits.Iterator {
+	if err := l.check(); err != nil {
+		return &sliceIter{vals: []ref.Val{types.WrapErr(err)}}
+	}
+	return &listIter{data: l.data, i: skipWS(l.data, 1), b: l.b}
+}
+
+func (l *jsonList) Add(other ref.Val) ref.Val {
+	full, ok := l.materialize().(traits.Lister)
+	if !ok {
+		return l.materialize()
+	}
+	if o, ok := other.(*jsonList); ok {
+		other = o.materialize()
+	}
+	return full.Add(other)
+}
+
+func (l *jsonList) Equal(other ref.Val) ref.Val { return l.materialize().Equal(other) }
+func (l *jsonList) Type() ref.Type              { return types.ListType }
+func (l *jsonList) Value() any                  { return l.materialize().Value() }
+func (l *jsonList) ConvertToType(t ref.Type) ref.Val {
+	if t == types.ListType {
+		return l
+	}
+	return l.materialize().ConvertToType(t)
+}
+func (l *jsonList) ConvertToNative(t reflect.Type) (any, error) {
+	return l.materialize().ConvertToNative(t)
+}
+
+// listIter walks a validated array, decoding one element per Next.
+type listIter struct {
+	iterBase
+	data []byte
+	i    int
+	b    *budget
+}
+
+// HasNext ends the loop early when the budget is spent (Match then
+// returns an error, whatever the loop yielded).
+func (it *listIter) HasNext() ref.Val {
+	return types.Bool(it.i < len(it.data) && it.data[it.i] != ']' && it.b.visit())
+}
+
+func (it *listIter) Next() ref.Val {
+	end, err := event.SkipValue(it.data, it.i)
+	if err != nil {
+		return types.WrapErr(err)
+	}
+	v := valueAt(it.b, it.data, it.i, end)
+	it.i = skipWS(it.data, end)
+	if it.i < len(it.data) && it.data[it.i] == ',' {
+		it.i = skipWS(it.data, it.i+1)
+	}
+	return v
+}
+
+// sliceIter iterates over decoded values (a map's keys).
+type sliceIter struct {
+	iterBase
+	vals []ref.Val
+}
+
+func (it *sliceIter) HasNext() ref.Val { return types.Bool(len(it.vals) > 0) }
+
+func (it *sliceIter) Next() ref.Val {
+	v := it.vals[0]
+	it.vals = it.vals[1:]
+	return v
+}
+
+// iterBase is the ref.Val part of an iterator, as cel-go's own.
+type iterBase struct{}
+
+func (iterBase) ConvertToNative(reflect.Type) (any, error) {
+	return nil, fmt.Errorf("type conversion on iterators not supported")
+}
+func (iterBase) ConvertToType(ref.Type) ref.Val { return types.NewErr("no such overload") }
+func (iterBase) Equal(ref.Val) ref.Val          { return types.NewErr("no such overload") }
+func (iterBase) Type() ref.Type                 { return types.IteratorType }
+func (iterBase) Value() any                     { return nil }
