@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	yaml "go.yaml.in/yaml/v3"
+
 	"github.com/relayd/relayd/pkg/event"
 )
 
@@ -46,8 +48,10 @@ type Config struct {
 
 // origin is the file name and the path->line map recorded while decoding.
 type origin struct {
-	source string
-	lines  map[string]int
+	source  string
+	lines   map[string]int
+	scalars map[string]*yaml.Node
+	text    []byte
 }
 
 // NATS configures the NATS connection and the JetStream stream.
@@ -345,6 +349,14 @@ type Source struct {
 	ChangedPaths []string `yaml:"changedPaths" schema:"unique"`
 	// Initial selects what happens when there is no checkpoint.
 	Initial Initial `yaml:"initial"`
+	// Filter is a CEL expression over the variable object that the
+	// object must satisfy to be published. Planned: it is compiled and
+	// checked, and a config that sets it is refused, as the running relay
+	// does not apply filters yet (docs/CONFIGURATION.md, "filter").
+	Filter string `yaml:"filter"`
+	// FilterOnError says what an evaluation error of Filter means: the
+	// object is in scope (include, the default) or not (exclude).
+	FilterOnError FilterOnError `yaml:"filterOnError"`
 }
 
 // Resource names a resource by group, version and plural resource name.

@@ -33,7 +33,7 @@ func TestFixtures(t *testing.T) {
 bad-unknown-key-top.yaml: sources: at least one source is required`,
 
 		"bad-unknown-key-nested.yaml": `bad-unknown-key-nested.yaml:12: sources[1].namespace: unknown key (did you mean "namespaces"?)
-bad-unknown-key-nested.yaml:13: sources[1].selector: unknown key (valid keys: name, apiVersion, kind, resource, namespaces, labelSelector, fieldSelector, eventTypes, payload, keepManagedFields, keepLastAppliedConfiguration, allowSecretData, drop, ignoreChanges, changedPaths, initial)`,
+bad-unknown-key-nested.yaml:13: sources[1].selector: unknown key (valid keys: name, apiVersion, kind, resource, namespaces, labelSelector, fieldSelector, eventTypes, payload, keepManagedFields, keepLastAppliedConfiguration, allowSecretData, drop, ignoreChanges, changedPaths, initial, filter, filterOnError)`,
 
 		"bad-wrong-type.yaml": `bad-wrong-type.yaml:3: nats.url: expected a string, got a list
 bad-wrong-type.yaml:4: nats.maxInFlight: expected an integer, got "lots"
@@ -99,6 +99,18 @@ bad-secret-ignore-changes.yaml:6: nats.index.fingerprintKeyFile: required with s
 bad-secret-ignore-changes.yaml:13: sources[0].ignoreChanges: fingerprints the Secret's data (relayd reads whole Secrets and stores a hash of each in the index bucket); remove it, or set sources[0].allowSecretData: true`,
 
 		"good-secret-fingerprint.yaml": "",
+
+		"bad-filter.yaml": `bad-filter.yaml:10:51: sources[0].filter: invalid expression at column 39: undeclared reference to 'foo'
+bad-filter.yaml:14:44: sources[1].filter: invalid expression at column 31: undeclared reference to 'nope'
+bad-filter.yaml:20:31: sources[2].filter: invalid expression at line 3, column 1: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}
+bad-filter.yaml:26:12: sources[3].filter: invalid expression at line 2, column 6: undeclared reference to 'bar'
+bad-filter.yaml:30: sources[4].filter: invalid expression at column 28: undeclared reference to 'baz'`,
+
+		"bad-filter-cost.yaml": `bad-filter-cost.yaml:10: sources[0].filter: refused: estimated cost 537331203 exceeds the limit 1000000 (every list, map and string of the object assumed to hold 256 entries or bytes)
+bad-filter-cost.yaml:17: sources[1].filterOnError: "skip" is not a valid value (must be include or exclude)
+bad-filter-cost.yaml:21: sources[2].filterOnError: has no effect without filter`,
+
+		"bad-filter-not-applied.yaml": `bad-filter-not-applied.yaml:10: sources[0].filter: filters are not yet supported by the running relay (the expression compiles and passes the checks; see docs/CONFIGURATION.md, "filter"): remove the key`,
 
 		"bad-initial.yaml": `bad-initial.yaml:10: sources[0].initial: "all" is not a valid initial mode (must be snapshot or none)`,
 
@@ -451,7 +463,16 @@ func TestExampleConfig(t *testing.T) {
 	}
 	keys := allKeys(reflect.TypeOf(Config{}), "")
 	keys = append(keys, "sources[1].resource.group", "sources[1].resource.version", "sources[1].resource.resource")
+	// Planned keys are refused by Parse until the relay applies them: the
+	// example describes them in a comment.
+	planned := map[string]bool{"sources[0].filter": true, "sources[0].filterOnError": true}
 	for _, key := range keys {
+		if planned[key] {
+			if !bytes.Contains(data, []byte("# "+key[strings.LastIndex(key, ".")+1:]+":")) {
+				t.Errorf("config.example.yaml does not describe the planned key %s in a comment", key)
+			}
+			continue
+		}
 		if _, ok := w.lines[key]; !ok {
 			t.Errorf("config.example.yaml does not show key %s", key)
 		}

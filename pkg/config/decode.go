@@ -30,6 +30,9 @@ type walker struct {
 	// problems at or below them are dropped as consequences.
 	failed []string
 	lines  map[string]int
+	// scalars are the scalar values by key path, for placing problems
+	// inside a value (a filter's expression).
+	scalars map[string]*yaml.Node
 	// active holds the alias nodes being expanded, to stop cycles.
 	active map[*yaml.Node]bool
 	fields map[reflect.Type]structFields
@@ -39,9 +42,10 @@ type walker struct {
 
 func newWalker() *walker {
 	return &walker{
-		lines:  map[string]int{},
-		active: map[*yaml.Node]bool{},
-		fields: map[reflect.Type]structFields{},
+		lines:   map[string]int{},
+		scalars: map[string]*yaml.Node{},
+		active:  map[*yaml.Node]bool{},
+		fields:  map[reflect.Type]structFields{},
 	}
 }
 
@@ -257,6 +261,9 @@ func (w *walker) leaf(n *yaml.Node, v reflect.Value, path string) {
 			w.fail(path, n.Line, err.Error())
 		}
 		return
+	}
+	if n.Kind == yaml.ScalarNode {
+		w.scalars[path] = n
 	}
 	want := describeType(v.Type())
 	if n.Kind != yaml.ScalarNode {

@@ -50,7 +50,7 @@ func Parse(data []byte, source string) (*Config, error) {
 	if problems != nil {
 		return nil, withSource(problems, source)
 	}
-	cfg.origin = &origin{source: source, lines: w.lines}
+	cfg.origin = &origin{source: source, lines: w.lines, scalars: w.scalars, text: data}
 	cfg.ApplyDefaults()
 	problems = w.problems
 	for _, p := range cfg.problems() {

@@ -23,6 +23,9 @@ type Problem struct {
 	// Line is the 1-based line in Source of the offending key (or of the
 	// nearest enclosing key when the key is absent); 0 when unknown.
 	Line int
+	// Column is the 1-based column in Line of the problem inside a value
+	// (a filter's expression); 0 when the problem is the key's as a whole.
+	Column int
 	// Path is the key path, e.g. "sources[2].namespaces[0]"; empty for
 	// problems with the file as a whole.
 	Path string
@@ -31,14 +34,21 @@ type Problem struct {
 	Name string
 	// Message says what is wrong, and usually what is expected.
 	Message string
+
+	// in is where in a filter expression the problem is, for annotate to
+	// place it in the file; nil for other problems.
+	in *exprPos
 }
 
-// Error formats p as "source:line: path: message", with Name for path
+// Error formats p as "source:line: path: message" ("source:line:column:"
+// when Column is known), with Name for path
 // when set, leaving out the parts that are unknown or empty (see the
 // package doc).
 func (p Problem) Error() string {
 	var b strings.Builder
 	switch {
+	case p.Source != "" && p.Line > 0 && p.Column > 0:
+		fmt.Fprintf(&b, "%s:%d:%d: ", p.Source, p.Line, p.Column)
 	case p.Source != "" && p.Line > 0:
 		fmt.Fprintf(&b, "%s:%d: ", p.Source, p.Line)
 	case p.Source != "":
@@ -113,6 +123,9 @@ func (o *origin) annotate(p *Problem) {
 		return
 	}
 	p.Source = o.source
+	if p.in != nil {
+		p.Line, p.Column = o.placeExpr(p.Path, *p.in)
+	}
 	for path := p.Path; p.Line == 0 && path != ""; path = parentPath(path) {
 		p.Line = o.lines[path]
 	}
@@ -355,6 +368,7 @@ func (v *validator) source(p string, s *Source) {
 	v.eventTypes(p, s.EventTypes)
 	v.payload(p, s)
 	v.shaping(p, s)
+	v.filter(p, s)
 	if in := s.Initial; !slices.Contains(initials, in) {
 		v.add(p+".initial", "%q is not a valid initial mode (must be %s)", in, orList(initials))
 	}
