@@ -104,10 +104,10 @@ func (e *CostError) Error() string {
 }
 
 // newEnv is the CEL environment of filters: the variable object, the
-// standard library (with matches() for RE2 regular expressions), and
-// cel-go's string, list, set and regex extensions, the ones Kubernetes
-// includes too; heterogeneous numeric comparisons (1 < 1.5) as in
-// Kubernetes.
+// standard library (with matches() for RE2 regular expressions), cel-go's
+// string, list, set and regex extensions and optional values (the ones
+// Kubernetes includes too), Kubernetes' quantities (quantity.go), and
+// heterogeneous numeric comparisons (1 < 1.5), as in Kubernetes.
 func newEnv() (*cel.Env, error) {
 	return cel.NewEnv(
 		cel.Variable("object", cel.MapType(cel.StringType, cel.DynType)),
@@ -117,6 +117,7 @@ func newEnv() (*cel.Env, error) {
 		ext.Lists(),
 		ext.Sets(),
 		ext.Regex(),
+		quantityLib(),
 	)
 }
 
