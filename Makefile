@@ -81,7 +81,8 @@ sandbox: testenv-bins-current build ## Start etcd, kube-apiserver, NATS and rela
 
 # `make bench` (docs/PERFORMANCE.md): the Go micro-benchmarks of the hot
 # path (compared with benchstat to the previous run's, if any; the
-# CloudEvents encoder also next to sdk-go's, same run), then the
+# CloudEvents encoder also next to sdk-go's, and the CEL filter on raw
+# bytes next to decoding into a map, same run), then the
 # side-by-side harness (internal/bench) against bin/relayd. BENCHFLAGS go to
 # relayd-bench run (e.g. BENCHFLAGS="-events 100000 -repeat 5"; -h lists them).
 BENCH_DIR         ?= .cache/bench
@@ -93,11 +94,12 @@ BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 bench: testenv-bins-current build ## Measure relayd next to client-go consumers (capacity, latency, memory, checkpoints, recovery) and the hot-path micro-benchmarks; see docs/PERFORMANCE.md (~10 min on 2 cores; the first run also records the watch streams, ~5 min).
 	@mkdir -p $(BENCH_DIR)
 	@if [ -s $(BENCH_DIR)/micro.txt ]; then mv $(BENCH_DIR)/micro.txt $(BENCH_DIR)/micro-prev.txt; fi
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) ./pkg/event ./pkg/index ./pkg/source > $(BENCH_DIR)/micro.txt
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) ./pkg/event ./pkg/index ./pkg/source ./pkg/filter > $(BENCH_DIR)/micro.txt
 	@if [ -s $(BENCH_DIR)/micro-prev.txt ]; then \
 	  $(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) prev=$(BENCH_DIR)/micro-prev.txt new=$(BENCH_DIR)/micro.txt; \
 	else $(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) $(BENCH_DIR)/micro.txt; fi | tee $(BENCH_DIR)/micro-benchstat.txt
 	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) -filter '.name:EncodeVsSDK' -col /encoder $(BENCH_DIR)/micro.txt | tee $(BENCH_DIR)/micro-encoder-vs-sdk.txt
+	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) -filter '.name:FilterPod' -col /filter $(BENCH_DIR)/micro.txt | tee $(BENCH_DIR)/micro-filter.txt
 	$(GO) build -o $(BENCH_DIR)/relayd-bench ./internal/bench/cmd/relayd-bench
 	$(BENCH_DIR)/relayd-bench run -relayd $(BIN)/relayd -cache $(BENCH_DIR) $(BENCHFLAGS)
 

@@ -265,6 +265,13 @@
 //     nats.index.fingerprintKeyFile.
 //   - initial (default snapshot): without a checkpoint, snapshot publishes
 //     every existing object first (origin "initial"); none starts from now.
+//   - filter, filterOnError: planned, not yet applied. filter is a CEL
+//     expression over object (package filter); it is compiled and checked
+//     (problems at file:line:column inside the expression, an estimated
+//     cost over the limit refused), and then refused, as the running relay
+//     does not apply filters yet. filterOnError is include (default) or
+//     exclude, and an error without filter. See docs/CONFIGURATION.md,
+//     "Filters".
 //
 // # Errors
 //
