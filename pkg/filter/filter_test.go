@@ -272,3 +272,23 @@ func randomValue(rng *rand.Rand, depth int) string {
 }
 
 func pick(rng *rand.Rand, s ...string) string { return s[rng.IntN(len(s))] }
+
+// Malformed JSON inside what the expression reads is an error; inside
+// what it skips it is not seen (relayd's parser validates objects first).
+func TestMalformedInput(t *testing.T) {
+	for _, tc := range []struct{ raw, expr, want string }{
+		{`{"l":[1,}`, `object.l.exists(e, e == 2)`, "invalid"},
+		{`{"l":[1 x]}`, `object.l.exists(e, e == 2)`, "invalid"},
+		{`{"a":"\x"}`, `object.a == 'x'`, "invalid JSON"},
+		{`{"a":nul}`, `object.a == null`, "invalid JSON"},
+		{`{"a":1,"b"}`, `object.b == 1`, "invalid JSON"},
+	} {
+		_, err := mustCompile(t, tc.expr).Match([]byte(tc.raw))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s on %s: %v, want an error containing %q", tc.expr, tc.raw, err, tc.want)
+		}
+	}
+	if ok, err := mustCompile(t, `object.a == 1`).Match([]byte(`{"a":1,"b":[1 2 x]}`)); !ok || err != nil {
+		t.Errorf("a malformed member the expression does not reach: %v, %v", ok, err)
+	}
+}

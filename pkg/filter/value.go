@@ -550,10 +550,9 @@ func (l *jsonList) Contains(elem ref.Val) ref.Val {
 	return types.Bool(found)
 }
 
+// Iterator validates each element as it reaches it (listIter.Next), not
+// the whole list first: a loop that stops early reads no further.
 func (l *jsonList) Iterator() traits.Iterator {
-	if err := l.check(); err != nil {
-		return &sliceIter{vals: []ref.Val{types.WrapErr(err)}}
-	}
 	return &listIter{data: l.data, i: skipWS(l.data, 1), b: l.b}
 }
 
@@ -598,6 +597,7 @@ func (it *listIter) HasNext() ref.Val {
 func (it *listIter) Next() ref.Val {
 	end, err := event.SkipValue(it.data, it.i)
 	if err != nil {
+		it.i = len(it.data) // the loop ends on the error
 		return types.WrapErr(err)
 	}
 	v := valueAt(it.b, it.data, it.i, end, true)
