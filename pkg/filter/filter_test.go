@@ -187,6 +187,7 @@ func TestLazyEqualsDecoded(t *testing.T) {
 		`object.b.exists_one(k, object.b[k] == true)`, `string(object.a) == '1'`, `object.s < 'b'`,
 		`object.?b.?c.orValue('') == 'x'`, `object.l.distinct().size() == size(object.l)`,
 		`sets.contains(object.l, [1])`, `object.s.lowerAscii() == object.s`, `dyn(object.b) != dyn(object.l)`,
+		`has(object.ab) && object.ab != null`, `object['é'] == 1 || has(object.b.ab)`, `object.s.endsWith('\\')`,
 	}
 	filters := make([]*Filter, len(exprs))
 	for i, e := range exprs {
@@ -248,7 +249,7 @@ func randomValue(rng *rand.Rand, depth int) string {
 	case 1:
 		return pick(rng, "0.5", "1.0", "2e0", "-1.25", "0.0", "1E-2")
 	case 2:
-		return pick(rng, `"x"`, `"abc"`, `"é\u00e9"`, `"a\"b"`, `""`, `"B"`)
+		return pick(rng, `"x"`, `"abc"`, `"é\u00e9"`, `"a\"b"`, `""`, `"B"`, `"c\\"`, `"\\\"]}"`)
 	case 3:
 		return pick(rng, "true", "false")
 	case 4:
