@@ -293,3 +293,26 @@ func TestMalformedInput(t *testing.T) {
 		t.Errorf("a malformed member the expression does not reach: %v, %v", ok, err)
 	}
 }
+
+// A Filter is used by every watch of a source at once.
+func TestMatchConcurrently(t *testing.T) {
+	raw := readPod(t)
+	f := mustCompile(t, podFilter)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 200 {
+				if ok, err := f.Match(raw); !ok || err != nil {
+					errs <- fmt.Errorf("Match: %v, %v", ok, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
