@@ -33,6 +33,7 @@ Commands:
   run            run the relay
   check-config   validate config files
   tail           print relayd's events from NATS as they arrive
+  resync         ask the running relayd to relist a source
   version        print the version
   help           print this help, or a command's: relayd help run
 
@@ -47,9 +48,10 @@ Exit codes:
   0  success (check-config: every file is valid)
   1  runtime error: run stopped on an error or found its config invalid or
      unreadable; check-config found a file invalid or unreadable; tail could
-     not connect or read
-  2  usage error: unknown command or flag, a bad flag value, or a bad
-     NATS_URL/NATS_CREDS/NATS_CONTEXT (tail); nothing was started
+     not connect or read; resync was not answered, refused or not completed
+  2  usage error: unknown command or flag, a bad flag value, a bad
+     NATS_URL/NATS_CREDS/NATS_CONTEXT (tail), or a source not in the config
+     (resync); nothing was started
 `
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -64,6 +66,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return cmdCheckConfig(args[1:], stdin, stdout, stderr)
 	case "tail":
 		return cmdTail(args[1:], stdout, stderr)
+	case "resync":
+		return cmdResync(args[1:], stdout, stderr)
 	case "version", "--version":
 		return cmdVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":

@@ -226,6 +226,10 @@ type Change struct {
 	// the reference because of MaxPayload. Each path must be non-empty and
 	// must not contain ',' (canonical paths never do).
 	Dropped []string
+	// IDSuffix is appended to the CloudEvents id and the Nats-Msg-Id
+	// ("/full/<epoch>" for the objects of a full resync, which JetStream
+	// must not drop as duplicates of their first publication); "" for none.
+	IDSuffix string
 	// Author is who made the change (Object.Author): the extensions
 	// k8smanager, k8soperation and k8ssubresource. The zero Author adds
 	// none of them.
@@ -377,7 +381,7 @@ func (e *Encoder) build(ev *objectEvent, data []byte, mode PayloadMode, f form) 
 func (e *Encoder) subjectAndMsgID(c *Change, m *Meta) (subject, msgID string) {
 	var buf [640]byte // fits every subject up to MaxSubjectLen without escaping to the heap
 	subj := appendObjectSubject(buf[:0], e.subjPrefix, c.Resource, m.Namespace, m.Name, c.Type)
-	n := len(subj) + len(e.msgIDPrefix) + len(m.UID) + 1 + len(m.ResourceVersion) + len("/deleted")
+	n := len(subj) + len(e.msgIDPrefix) + len(m.UID) + 1 + len(m.ResourceVersion) + len("/deleted") + len(c.IDSuffix)
 	var b strings.Builder
 	b.Grow(n)
 	b.Write(subj)
@@ -388,6 +392,7 @@ func (e *Encoder) subjectAndMsgID(c *Change, m *Meta) (subject, msgID string) {
 	if c.Type == Deleted {
 		b.WriteString("/deleted")
 	}
+	b.WriteString(c.IDSuffix)
 	all := b.String()
 	return all[:len(subj)], all[len(subj):]
 }
@@ -686,7 +691,13 @@ type SyncEvent struct {
 	Namespace string
 	Epoch     uint64
 	// Reason is why the sync happened.
-	Reason              RelistReason
+	Reason RelistReason
+	// RequestID is the id of the resync request (reason requested; data
+	// member "requestId", left out when empty). Full: the request asked
+	// for every object to be published again (data member "full", left
+	// out when false).
+	RequestID           string
+	Full                bool
 	FromResourceVersion string
 	ToResourceVersion   string
 	// Counts are sent only on sync.completed.
@@ -789,6 +800,8 @@ type syncDataJSON struct {
 	Namespace           string `json:"namespace"`
 	Epoch               uint64 `json:"epoch"`
 	Reason              string `json:"reason"`
+	RequestID           string `json:"requestId,omitempty"`
+	Full                bool   `json:"full,omitempty"`
 	FromResourceVersion string `json:"fromResourceVersion"`
 	ToResourceVersion   string `json:"toResourceVersion"`
 	*syncResourceJSON
@@ -809,7 +822,7 @@ type syncResourceJSON struct {
 
 // syncData is the JSON data of a sync marker (see Control).
 func syncData(s *SyncEvent) []byte {
-	d := syncDataJSON{Namespace: s.Namespace, Epoch: s.Epoch, Reason: string(s.Reason),
+	d := syncDataJSON{Namespace: s.Namespace, Epoch: s.Epoch, Reason: string(s.Reason), RequestID: s.RequestID, Full: s.Full,
 		FromResourceVersion: s.FromResourceVersion, ToResourceVersion: s.ToResourceVersion}
 	if r := s.Resource; r.Resource != "" {
 		d.syncResourceJSON = &syncResourceJSON{Group: r.Group, Version: r.Version, Resource: r.Resource, Kind: r.Kind,

@@ -68,10 +68,14 @@ const (
 	// checkpoint from before the index): deletes during the downtime may
 	// be missing, which the sync markers' reason tells consumers.
 	RelistIndexLost RelistReason = "index-lost"
+	// RelistRequested: an operator asked for it (relayd resync); the sync
+	// markers carry the request's id (docs/CONSUMING.md, "Resync on
+	// request").
+	RelistRequested RelistReason = "requested"
 )
 
 // RelistReasons are all the relist reasons.
-var RelistReasons = []RelistReason{RelistInitial, RelistExpired, RelistNoCheckpoint, RelistIndexLost}
+var RelistReasons = []RelistReason{RelistInitial, RelistExpired, RelistNoCheckpoint, RelistIndexLost, RelistRequested}
 
 // PayloadMode selects what the data of an event carries.
 type PayloadMode string

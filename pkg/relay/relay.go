@@ -41,6 +41,7 @@ import (
 	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/natsconn"
+	"github.com/relayd/relayd/pkg/resync"
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
 	"github.com/relayd/relayd/pkg/stream"
@@ -95,6 +96,7 @@ type relay struct {
 	js     jetstream.JetStream
 	store  *checkpoint.Store
 	sink   *sink.Sink
+	ctl    *resync.Server // answers `relayd resync` for the sources running here
 	disco  discovery.DiscoveryInterface
 	leases coordinationv1client.LeasesGetter
 	httpc  *http.Client // the watches' and lists': at most source.DefaultOpening opening at once
@@ -316,9 +318,11 @@ func (r *relay) setActive(source string, ws []*watch.Watch) {
 	if ws == nil {
 		delete(r.active, source)
 		r.store.Unfollow(source)
+		r.ctl.Stop(source)
 		return
 	}
 	r.active[source] = ws
+	r.ctl.Serve(source, resync.Targets(ws))
 	keys := make([]string, len(ws))
 	for i, w := range ws {
 		keys[i] = w.Key()
@@ -416,6 +420,7 @@ func (r *relay) connectJetStream() error {
 	if err != nil {
 		return err
 	}
+	r.ctl = resync.NewServer(resync.ServerOptions{Conn: r.nc, Prefix: r.cfg.Prefix, Cluster: r.cfg.Cluster, Logger: r.log.Named("resync")})
 	r.events = &index.CatchUpReader{
 		JetStream: r.js, Stream: n.Stream.Name, Subject: r.cfg.StreamSubject(), Cluster: r.cfg.Cluster,
 		Foreign: r.m.Index.ForeignMessages, OnLastSeq: r.sink.SeedStreamSeq,

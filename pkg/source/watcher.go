@@ -175,6 +175,10 @@ type Watcher struct {
 	rv       string // last resourceVersion read ("" before the first list/watch)
 	epoch    uint64
 	listing  *listPlan // a list is due before watching
+	// requested is a relist asked for (Request) and not yet begun; stop
+	// ends the current watch request (nil: none runs).
+	requested *listPlan
+	stop      context.CancelCauseFunc
 	noStream bool      // the server refused the streaming list; use LIST pages
 	started  bool
 	// wholeObjects: the server refused PartialObjectMetadata (406), so
@@ -183,8 +187,10 @@ type Watcher struct {
 }
 
 type listPlan struct {
-	origin event.Origin
-	reason event.RelistReason
+	origin    event.Origin
+	reason    event.RelistReason
+	requestID string // reason requested: the request's id
+	full      bool   // reason requested: publish every object again
 }
 
 // Permanent errors are returned by Run for the supervisor to handle.
@@ -252,6 +258,7 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		w.takeRequest()
 		if w.next() == nextCurrentRV {
 			// initial: none — start from the current state without listing.
 			if ok, err := w.fromCurrentRV(ctx, backoff); !ok {
@@ -278,6 +285,8 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 		switch out {
 		case outcomeHandler:
 			return err
+		case outcomeRequested:
+			continue // takeRequest makes it the list due
 		case outcomePermanent:
 			w.o.Metrics.WatchRestarts.WithLabelValues(w.o.Source, reason).Inc()
 			return w.describe(err)
@@ -290,7 +299,11 @@ func (w *Watcher) Run(ctx context.Context, st Start, h Handler) error {
 			continue
 		case outcomeRelist:
 			w.mu.Lock()
-			w.listing = &listPlan{origin: event.OriginResync, reason: event.RelistExpired}
+			if w.listing == nil || w.listing.reason != event.RelistRequested {
+				// A requested list the 410 cut short is listed again, under
+				// its request (it compares with the index all the same).
+				w.listing = &listPlan{origin: event.OriginResync, reason: event.RelistExpired}
+			}
 			w.mu.Unlock()
 			w.log.Warn("watch position expired (410); relisting", zap.String("resourceVersion", w.rv), zap.Error(err))
 		case outcomeRetry:
@@ -402,6 +415,7 @@ const (
 	outcomeNoStream                    // the server refused the streaming list: LIST pages from now on, at once
 	outcomeWholeObjects                // the server refused PartialObjectMetadata: whole objects from now on, at once
 	outcomeHandler                     // the handler failed: Run returns its error
+	outcomeRequested                   // a relist was requested (Request): list at once
 	outcomePermanent                   // retrying cannot help (forbidden, not found): Run returns the error
 )
 
@@ -415,6 +429,8 @@ func outcomeOf(err error, metadataOnly bool) (outcome, string) {
 		return outcomeResume, ReasonTimeout
 	case errors.Is(err, errStreamingUnsupported):
 		return outcomeNoStream, ""
+	case errors.Is(err, errRelistRequested):
+		return outcomeRequested, ""
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 		return outcomeRelist, ReasonExpired
 	case errors.Is(err, handlerError{}):
@@ -623,7 +639,8 @@ func (w *Watcher) beginList(ctx context.Context, h Handler) (event.SyncEvent, er
 	w.mu.Unlock()
 	w.o.Metrics.Relists.WithLabelValues(w.o.Source, string(plan.reason)).Inc()
 	w.o.Metrics.Epoch.WithLabelValues(w.o.Source).Set(float64(ep))
-	s := event.SyncEvent{Namespace: w.o.Namespace, Epoch: ep, Reason: plan.reason, FromResourceVersion: from, Time: time.Now()}
+	s := event.SyncEvent{Namespace: w.o.Namespace, Epoch: ep, Reason: plan.reason, RequestID: plan.requestID, Full: plan.full,
+		FromResourceVersion: from, Time: time.Now()}
 	it := &Item{Kind: ItemSyncStarted, Epoch: ep, Sync: s, ReadAt: s.Time}
 	if err := h(ctx, it); err != nil {
 		return s, handlerError{err}
@@ -642,13 +659,17 @@ func (w *Watcher) endList(ctx context.Context, h Handler, s event.SyncEvent, rv 
 	w.mu.Lock()
 	w.rv = rv
 	w.listing = nil
+	requested := w.requested != nil
 	w.mu.Unlock()
 	it := &Item{Kind: ItemSyncCompleted, Epoch: s.Epoch, Sync: s, ResourceVersion: rv, ReadAt: s.Time}
 	if err := h(ctx, it); err != nil {
 		return handlerError{err}
 	}
 	w.log.Info("list completed", zap.String("reason", string(s.Reason)), zap.Int64("objects", n),
-		zap.String("from", s.FromResourceVersion), zap.String("to", rv), zap.Uint64("epoch", s.Epoch))
+		zap.String("from", s.FromResourceVersion), zap.String("to", rv), zap.Uint64("epoch", s.Epoch), zap.String("requestId", s.RequestID))
+	if requested { // asked for during this list: list again now
+		return errRelistRequested
+	}
 	return nil
 }
 
@@ -764,6 +785,8 @@ var initialEventsEnd = []byte(`"` + metav1.InitialEventsAnnotationKey + `":"true
 func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	w.setStop(cancel)
+	defer w.setStop(nil)
 
 	s := watchStream{h: h, streamList: streamList, origin: event.OriginWatch}
 	if streamList {
@@ -856,8 +879,8 @@ func (w *Watcher) watchRequest(streamList bool) *rest.Request {
 // watchStartErr is what watch returns when its request failed with err;
 // cause is the watch context's.
 func watchStartErr(cause, err error, streamList bool) error {
-	if errors.Is(cause, errIdle) {
-		return errIdle
+	if errors.Is(cause, errIdle) || errors.Is(cause, errRelistRequested) {
+		return cause
 	}
 	if streamList && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)) {
 		return fmt.Errorf("%w: %v", errStreamingUnsupported, err)
@@ -869,8 +892,8 @@ func watchStartErr(cause, err error, streamList bool) error {
 // with err (io.EOF: the server ended the stream between frames); cause is
 // the watch context's.
 func watchEndErr(cause, err error, streamList bool) error {
-	if errors.Is(cause, errIdle) {
-		return errIdle
+	if errors.Is(cause, errIdle) || errors.Is(cause, errRelistRequested) {
+		return cause
 	}
 	if errors.Is(err, io.EOF) {
 		if streamList {

@@ -73,8 +73,9 @@ func (w *Watch) applyToIndex(it *source.Item, obj index.Object) change {
 	switch x.Observe(obj) {
 	case index.Unchanged:
 		w.counts.Unchanged++
-		// Already published; list items do not move the position.
-		c.publish, c.indexed = false, false
+		// Already published; list items do not move the position. A full
+		// resync publishes it again, as modified (request.go).
+		c.typ, c.publish, c.indexed = event.Modified, w.full, false
 	case index.Added:
 		c.typ = event.Added
 		w.counts.Added++
@@ -142,6 +143,9 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	ch.Author = author
 	if c.typ == event.Modified {
 		ch.Changed = changed
+	}
+	if w.full && it.Origin == event.OriginResync {
+		ch.IDSuffix = fullID(it.Epoch)
 	}
 	msg, err := w.encode(&ch, len(it.Object.Raw))
 	if buf != nil && cap(data) <= maxKeptPayload { // the encoder copied it
@@ -277,7 +281,7 @@ func (w *Watch) Replaying() bool { return w.ix.fenceUntil > 0 }
 func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
 	w.ix.fences = nil // a list compares with the index instead
 	w.ix.idx.BeginSync()
-	w.counts = event.SyncCounts{}
+	w.counts, w.full = event.SyncCounts{}, it.Sync.Full
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "started").Inc()
 	msg := w.control(it.Sync)
 	// The epoch goes into the bucket before sync.started is published (the
@@ -315,7 +319,8 @@ func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
 	if err := w.submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
 		return err
 	}
-	w.ix.relist = ""
+	w.ix.relist, w.full = "", false
+	w.requestCompleted(&it.Sync)
 	w.log.Info("relist compared with the object index", zap.String("reason", string(it.Sync.Reason)), zap.Uint64("epoch", it.Epoch),
 		zap.Int64("added", w.counts.Added), zap.Int64("modified", w.counts.Modified), zap.Int64("deleted", w.counts.Deleted),
 		zap.Int64("unchanged", w.counts.Unchanged), zap.Int("indexed", w.ix.idx.Len()))

@@ -80,6 +80,7 @@ func (w *Watch) runOnce(ctx context.Context) (err error) {
 		w.resolved = false
 		w.enc = nil
 		w.watcher = nil
+		w.setLive(nil)
 	}
 	return err
 }
@@ -95,6 +96,7 @@ func (w *Watch) recovered(p any) error {
 	w.o.Metrics.Source.WatchRestarts.WithLabelValues(name, ReasonPanic).Inc()
 	w.log.Error("panic in source (recovered)", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 	w.watcher = nil
+	w.setLive(nil)
 	w.ix.loaded = false
 	return fmt.Errorf("%w: %v", errPanic, p)
 }
@@ -129,6 +131,7 @@ func (w *Watch) prepare(ctx context.Context) error {
 			return err
 		}
 		w.watcher = wt
+		w.setLive(wt)
 	}
 	if !w.ix.loaded {
 		relist, err := w.loadIndex(ctx)

@@ -230,6 +230,9 @@ type Watch struct {
 	tracked  int // objects in idx as last reported to relayd_tracked_objects
 	ix       indexState
 	counts   event.SyncCounts
+	full     bool // the list in progress is a full resync (request.go)
+
+	req requestState // the resync asked for (request.go)
 }
 
 // indexState is the watch's object index (see pkg/index) and what its
