@@ -785,7 +785,11 @@ var initialEventsEnd = []byte(`"` + metav1.InitialEventsAnnotationKey + `":"true
 func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w.setStop(cancel)
+	// A requested relist (Request) ends the request, not ctx: between
+	// frames, never inside the handler.
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	w.setStop(stop)
 	defer w.setStop(nil)
 
 	s := watchStream{h: h, streamList: streamList, origin: event.OriginWatch}
@@ -798,9 +802,9 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 	req := w.watchRequest(streamList)
 	s.idle = time.AfterFunc(w.o.IdleTimeout, func() { cancel(errIdle) })
 	defer s.idle.Stop()
-	body, err := req.Stream(ctx)
+	body, err := req.Stream(rctx)
 	if err != nil {
-		return watchStartErr(context.Cause(ctx), err, streamList)
+		return watchStartErr(context.Cause(rctx), err, streamList)
 	}
 	defer body.Close()
 	w.o.OnEstablished(true)
@@ -816,7 +820,7 @@ func (w *Watcher) watch(ctx context.Context, h Handler, streamList bool) error {
 	for {
 		frame, parsed, err := frames.NextLine(valid)
 		if err != nil {
-			return watchEndErr(context.Cause(ctx), err, s.streamList)
+			return watchEndErr(context.Cause(rctx), err, s.streamList)
 		}
 		if !parsed {
 			p.parse(frame, w.o.Shaping)
