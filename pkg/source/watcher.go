@@ -171,16 +171,16 @@ type Watcher struct {
 	lastEvent, lastBookmark prometheus.Gauge
 	bookmarks               prometheus.Counter
 
-	mu       sync.Mutex
-	rv       string // last resourceVersion read ("" before the first list/watch)
-	epoch    uint64
-	listing  *listPlan // a list is due before watching
+	mu      sync.Mutex
+	rv      string // last resourceVersion read ("" before the first list/watch)
+	epoch   uint64
+	listing *listPlan // a list is due before watching
 	// requested is a relist asked for (Request) and not yet begun; stop
 	// ends the current watch request (nil: none runs).
 	requested *listPlan
 	stop      context.CancelCauseFunc
-	noStream bool      // the server refused the streaming list; use LIST pages
-	started  bool
+	noStream  bool // the server refused the streaming list; use LIST pages
+	started   bool
 	// wholeObjects: the server refused PartialObjectMetadata (406), so
 	// fetch whole objects. Used by Run's goroutine only, like noStream.
 	wholeObjects bool
