@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -236,4 +237,81 @@ func resyncErrors(t *testing.T, f *fixture) {
 	if code != 1 || stderr != want || out != "" {
 		t.Errorf("no answer: exit %d, stdout %q, stderr\n%q\nwant exit 1, stderr\n%q", code, out, stderr, want)
 	}
+}
+
+// With sharding the request reaches the replica that holds the source's
+// Lease, and only it relists; after a hand-over, the new holder does.
+func TestResyncReachesTheSourcesOwner(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: s0
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    labelSelector: shard=s0
+  - name: s1
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    labelSelector: shard=s1`)
+	f.cfgYAML += `
+sharding:
+  enabled: true
+  leaseDuration: 3s
+  renewDeadline: 2s
+  retryPeriod: 200ms
+`
+	for _, name := range []string{"relayd-s0", "relayd-s1"} {
+		if _, err := f.cs.CoordinationV1().Leases(f.ns).Create(t.Context(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := map[string]*running{"r0": f.startAs("r0", nil, false), "r1": f.startAs("r1", nil, false)}
+	var h map[string]string
+	f.eventually(60*time.Second, "one source per replica, both ready", func() error {
+		h = holders(t, f, "relayd-s0", "relayd-s1")
+		if len(h) != 2 || h["relayd-s0"] == h["relayd-s1"] {
+			return fmt.Errorf("holders %v", h)
+		}
+		for _, r := range rs {
+			if err := r.readyErr(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	conf := f.writeConfig(f.cfgYAML)
+	requested := func(id, src string) float64 {
+		return metricValue(t, rs[id].reg, "relayd_relists_total", map[string]string{"source": src, "reason": "requested"})
+	}
+	resyncOwnedBy := func(src, owner, reqID string, want float64) {
+		t.Helper()
+		code, out, stderr := runResync(t, conf, "--source", src, "--id", reqID)
+		if code != 0 || !strings.Contains(out, "resync "+reqID+" of source "+src+" completed: 1 watch(es)\n") {
+			t.Fatalf("resync %s: exit %d\n%s%s", src, code, out, stderr)
+		}
+		for id := range rs {
+			got, w := requested(id, src), 0.0
+			if id == owner {
+				w = want
+			}
+			if got != w {
+				t.Errorf("resync %s (%s), owner %s: relayd_relists_total{source=%s,reason=requested} on %s = %v, want %v", src, reqID, owner, src, id, got, w)
+			}
+		}
+	}
+	for _, src := range []string{"s0", "s1"} {
+		resyncOwnedBy(src, h["relayd-"+src], "q-"+src, 1)
+	}
+	// The owner of s0 stops: the other replica takes s0 over, and answers.
+	old := h["relayd-s0"]
+	other := map[string]string{"r0": "r1", "r1": "r0"}[old]
+	rs[old].stop(t)
+	f.eventually(30*time.Second, "s0 handed over", func() error {
+		if got := holders(t, f, "relayd-s0")["relayd-s0"]; got != other {
+			return fmt.Errorf("s0 held by %q", got)
+		}
+		return rs[other].readyErr()
+	})
+	delete(rs, old)
+	resyncOwnedBy("s0", other, "q-s0-after", 1)
 }
