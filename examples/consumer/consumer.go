@@ -56,7 +56,12 @@ type Options struct {
 	// ones the sync markers named (recorded in the view): what a new
 	// consumer on a stream that lost its beginning needs.
 	Follow []Scope
-	Log    *slog.Logger
+	// BootstrapResync are sources a new consumer loads its view from by a
+	// full resync on request instead of a LIST, when the stream lost its
+	// beginning (docs/CONSUMING.md, "Resync on request"): no apiserver
+	// access needed, only NATS permission to send the request (pkg/resync).
+	BootstrapResync []string
+	Log             *slog.Logger
 	// BackOff is the redelivery schedule of a message that was not
 	// applied: the n-th redelivery waits BackOff[n-1] (the last one
 	// repeats), whether the consumer gave it back (Nak) or its
@@ -238,6 +243,9 @@ func Run(ctx context.Context, o Options) error {
 func load(ctx context.Context, o Options, p startPlan) (uint64, error) {
 	if p.relist == "" {
 		return 0, nil
+	}
+	if p.relist == "bootstrap" && len(o.BootstrapResync) > 0 {
+		return bootstrapResync(ctx, o, p)
 	}
 	if o.Lister == nil {
 		o.Log.Error("the stream no longer holds messages this consumer has not read, and there is no kubeconfig to LIST the cluster: the view misses their changes until a reconcile",

@@ -16,6 +16,9 @@
 //     new consumer on a stream that lost its beginning) makes it load the
 //     view by a LIST of every source it knows (from the sync markers, or
 //     --follow), when a kubeconfig is given.
+//   - With --bootstrap-resync SOURCE, a new consumer on a stream that lost
+//     its beginning loads the view by a full resync of the source on
+//     request (relayd resync --full) instead of a LIST: no kubeconfig.
 //   - A message is acknowledged only after the view stored its effect; one
 //     that could not be stored comes back with a back-off, at most
 //     --max-deliver times.
@@ -88,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ttl := fs.Duration("tombstone-ttl", DefaultTombstoneTTL, "how long a deleted object's tombstone is kept")
 	var subs subjects
 	fs.Var(&subs, "subject", "filter subject, repeatable (default: <prefix>.<cluster>.>)")
+	var bootstrap subjects
+	fs.Var(&bootstrap, "bootstrap-resync", "SOURCE to load a new consumer's view from by a full resync on request (relayd resync --full) instead of a LIST when the stream lost its beginning, repeatable; needs NATS permission to send it")
 	var follow scopes
 	fs.Var(&follow, "follow", "SOURCE=[GROUP/]VERSION/RESOURCE[@NAMESPACE] to LIST when the stream lost messages this consumer did not read, repeatable (the sources whose sync markers it read are listed anyway)")
 	if err := fs.Parse(args); err != nil {
@@ -122,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	o := Options{JS: js, Stream: *stream, Durable: *durable, Cluster: *cluster, Prefix: *prefix, Subjects: subs, View: view, Log: log,
-		MaxDeliver: *maxDeliver, TombstoneTTL: *ttl, Follow: follow, Applied: func(a Applied) { fmt.Fprintln(stdout, describe(a)) }}
+		MaxDeliver: *maxDeliver, TombstoneTTL: *ttl, Follow: follow, BootstrapResync: bootstrap, Applied: func(a Applied) { fmt.Fprintln(stdout, describe(a)) }}
 	if *kubeconfig != "" {
 		if o.Lister, err = NewLister(*kubeconfig); err != nil {
 			fmt.Fprintln(stderr, "consumer:", err)

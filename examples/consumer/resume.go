@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relayd/relayd/pkg/resync"
 )
 
 // Scope is what one watch of a relayd source covers, as its sync markers
@@ -173,7 +177,7 @@ func planStart(ctx context.Context, o Options) (startPlan, error) {
 	c, err := s.Consumer(ctx, o.Durable)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		if p.first > 1 && o.Lister != nil {
+		if p.first > 1 && (o.Lister != nil || len(o.BootstrapResync) > 0) {
 			p.deliver, p.startSeq, p.relist = jetstream.DeliverByStartSequencePolicy, info.State.LastSeq+1, "bootstrap"
 		} else if p.first > 1 {
 			p.relist = "bootstrap"
@@ -279,4 +283,32 @@ func relistScope(ctx context.Context, o Options, s Scope) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// bootstrapResync asks relayd for a full resync of each source of
+// Options.BootstrapResync (pkg/resync, as `relayd resync --full` does) and
+// waits for it to complete: every object of the source is then on the
+// stream after the new consumer's start, between the markers of the
+// request, and the consumer applies them as it reads. It returns the
+// sequence before the consumer's start, as a LIST would.
+func bootstrapResync(ctx context.Context, o Options, p startPlan) (uint64, error) {
+	o.Log.Warn("the stream lost its beginning: loading the view by a full resync of its sources", "sources", o.BootstrapResync, "streamFirstSeq", p.first)
+	for _, src := range o.BootstrapResync {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		res, err := resync.Run(ctx, resync.ClientOptions{
+			Conn: o.JS.Conn(), Prefix: o.Prefix, Cluster: o.Cluster, Source: src,
+			Request: resync.Request{ID: "bootstrap-" + hex.EncodeToString(b[:]), Full: true},
+			Timeout: 10 * time.Second, Wait: 30 * time.Minute,
+		})
+		if err != nil {
+			return 0, fmt.Errorf("full resync of source %s: %w", src, err)
+		}
+		t := res.Total()
+		o.Log.Info("full resync requested", "source", src, "requestId", res.ID, "objects", t.Total)
+		if o.Applied != nil {
+			o.Applied(Applied{Relist: "bootstrap-resync", Scope: Scope{Source: src}, Reconciled: int(t.Total)})
+		}
+	}
+	return p.startSeq - 1, nil
 }

@@ -86,7 +86,7 @@ func checkObject(prefix, subject string, typ event.Type, env *event.Envelope) er
 	if typ == event.Deleted {
 		wantID += "/deleted"
 	}
-	if env.ID != wantID {
+	if env.ID != wantID && !fullResyncID(env, wantID) {
 		return unusable("id %q, want %q (k8suid/k8sresourceversion)", env.ID, wantID)
 	}
 	p, err := event.ParseSubject(subject)
@@ -157,4 +157,12 @@ func printable(s string) string {
 		return `""`
 	}
 	return s
+}
+
+// fullResyncID reports whether env's id is that of an object published
+// again by a full resync on request: <uid>/<resourceVersion>/full/<epoch>,
+// origin resync, the epoch its relaydepoch (docs/CONSUMING.md, "Resync on
+// request").
+func fullResyncID(env *event.Envelope, base string) bool {
+	return env.RelaydOrigin == string(event.OriginResync) && env.ID == base+"/full/"+strconv.FormatUint(env.RelaydEpoch, 10)
 }
