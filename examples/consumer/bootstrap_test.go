@@ -89,7 +89,9 @@ func TestBootstrapFromAFullResync(t *testing.T) {
 			go func() { l.done <- Run(runCtx, o) }()
 			t.Cleanup(func() { stopConsumer(t, l) })
 			waitViews(t, cs, ns, []*lane{l}, "a new consumer bootstrapped by a full resync")
-			if n := l.seen(func(a Applied) bool { return a.Relist == "bootstrap-resync" && a.Scope.Source == "cms" && a.Reconciled == 4 }); n != 1 {
+			if n := l.seen(func(a Applied) bool {
+				return a.Relist == "bootstrap-resync" && a.Scope.Source == "cms" && a.Reconciled == 4
+			}); n != 1 {
 				t.Errorf("%d full resyncs of source cms listing 4 objects, want 1", n)
 			}
 			if n := l.seen(func(a Applied) bool { return a.Seq != 0 && a.Seq <= info.State.LastSeq }); n != 0 {

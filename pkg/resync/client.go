@@ -71,7 +71,8 @@ func Run(ctx context.Context, o ClientOptions) (*Result, error) {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	subj := Subject(o.Prefix, o.Cluster, o.Source)
-	rep, err := request(ctx, o, subj)
+	hint := fmt.Sprintf("the NATS user needs publish on %s, and subscribe on %s and on its inbox prefix: docs/DEPLOY.md, \"Resync on request (operators)\"", subj, done)
+	rep, err := request(ctx, o, subj, hint)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func Run(ctx context.Context, o ClientOptions) (*Result, error) {
 				res.Counts[ns] = c
 			}
 		case err := <-o.Errors:
-			return nil, permission(err, done)
+			return nil, permission(err, hint)
 		case <-wait.C:
 			return nil, fmt.Errorf("%w: resync %q of source %q was accepted, but %d of its %d sync.completed markers did not arrive on %s within %s (see relayd's log; retry with --id %s to wait for the same resync)",
 				ErrNotCompleted, rep.ID, o.Source, len(rep.Namespaces)-len(res.Counts), len(rep.Namespaces), done, o.Wait, rep.ID)
@@ -100,7 +101,7 @@ func Run(ctx context.Context, o ClientOptions) (*Result, error) {
 }
 
 // request sends the request and reads the reply.
-func request(ctx context.Context, o ClientOptions, subj string) (*Reply, error) {
+func request(ctx context.Context, o ClientOptions, subj, hint string) (*Reply, error) {
 	body, _ := json.Marshal(o.Request)
 	rctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -117,7 +118,7 @@ func request(ctx context.Context, o ClientOptions, subj string) (*Reply, error) 
 	select {
 	case a = <-ch:
 	case err := <-o.Errors:
-		return nil, permission(err, subj)
+		return nil, permission(err, hint)
 	}
 	switch {
 	case errors.Is(a.err, nats.ErrNoResponders):
@@ -125,7 +126,7 @@ func request(ctx context.Context, o ClientOptions, subj string) (*Reply, error) 
 	case errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, nats.ErrTimeout):
 		select { // a permissions violation may be what made it time out
 		case err := <-o.Errors:
-			return nil, permission(err, subj)
+			return nil, permission(err, hint)
 		default:
 		}
 		return nil, fmt.Errorf("%w within %s on %s (raise --timeout, or see relayd's log)", ErrNoAnswer, o.Timeout, subj)
@@ -142,10 +143,11 @@ func request(ctx context.Context, o ClientOptions, subj string) (*Reply, error) 
 	return &rep, nil
 }
 
-// permission is the error of a NATS permissions violation.
-func permission(err error, subj string) error {
+// permission is the error of a NATS permissions violation, with a hint
+// of what the user needs.
+func permission(err error, hint string) error {
 	if errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
-		return fmt.Errorf("%w: %v (the NATS user needs publish on %s and subscribe on the sync markers and its inboxes: docs/DEPLOY.md, \"NATS permissions\")", ErrPermission, err, subj)
+		return fmt.Errorf("%w: %v (%s)", ErrPermission, err, hint)
 	}
 	return fmt.Errorf("NATS: %w", err)
 }
