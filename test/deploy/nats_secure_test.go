@@ -268,8 +268,10 @@ func TestNATSPermissionsBlockAsWritten(t *testing.T) {
 	srv := testenv.NATST(t, testenv.NATSOptions{ConfigText: confText})
 
 	in := newInstallOf(t, env, srv.URL(), baseDir, userPasswordFiles(t, "relayd", password))
-	if inbox := in.b.cfg.NATS.InboxPrefix + ".>"; in.b.cfg.NATS.InboxPrefix == "" || !slices.Equal(perms.sub, []string{inbox}) {
-		t.Fatalf("the base sets nats.inboxPrefix %q; docs/DEPLOY.md grants subscribe on %v, want exactly %q", in.b.cfg.NATS.InboxPrefix, perms.sub, inbox)
+	// The inbox, and the resync requests (pkg/resync.Subject).
+	resyncReqs := in.b.cfg.Prefix + "-ctl." + in.b.cfg.Cluster + ".resync.*"
+	if inbox := in.b.cfg.NATS.InboxPrefix + ".>"; in.b.cfg.NATS.InboxPrefix == "" || !slices.Equal(perms.sub, []string{inbox, resyncReqs}) {
+		t.Fatalf("the base sets nats.inboxPrefix %q; docs/DEPLOY.md grants subscribe on %v, want exactly %q", in.b.cfg.NATS.InboxPrefix, perms.sub, []string{inbox, resyncReqs})
 	}
 	js := adminJetStream(t, srv.URL(), nats.UserInfo("admin", "admin"))
 	msg := relayOnce(t, in, js)
