@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +24,8 @@ import (
 // its exit code, stdout and stderr.
 func runResync(t *testing.T, conf string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(relaydBinary(t), append([]string{"resync", "-c", conf}, args...)...)
+	// --wait bounds a resync whose completion never comes (a broken build).
+	cmd := exec.Command(relaydBinary(t), append([]string{"resync", "-c", conf, "--wait", "60s"}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -99,7 +101,13 @@ func TestResyncOnRequest(t *testing.T) {
 			if _, err := f.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsB}}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			f.start(nil, true)
+			r := f.start(nil, true)
+			// What the source sent JetStream: events of origin resync
+			// stored, and publishes JetStream dropped as duplicates.
+			sent := func() (resync, dups float64) {
+				return metricSumOf(t, r.reg, "relayd_events_total", map[string]string{"source": "cms", "origin": "resync"}),
+					metricSumOf(t, r.reg, "relayd_publish_duplicates_total", map[string]string{"source": "cms"})
+			}
 			for _, n := range []string{"a1", "a2", "a3"} {
 				f.createCM(n, nil, map[string]string{"k": n})
 			}
@@ -113,6 +121,7 @@ func TestResyncOnRequest(t *testing.T) {
 
 			// Default: compared with the index, nothing differs.
 			before := len(f.stored())
+			resync0, dups0 := sent()
 			code, out, stderr := runResync(t, conf, "--source", "cms", "--id", "d1")
 			if code != 0 {
 				t.Fatalf("resync d1: exit %d\n%s%s", code, out, stderr)
@@ -128,9 +137,13 @@ func TestResyncOnRequest(t *testing.T) {
 				t.Errorf("a default resync of an unchanged source published %d object events:\n%s", len(objects), dump(objects))
 			}
 			checkMarkers(t, markers, "d1", false, f.ns, nsB)
+			if resync1, dups1 := sent(); resync1 != resync0 || dups1 != dups0 {
+				t.Errorf("a default resync of an unchanged source sent %v events of origin resync and %v duplicates, want none", resync1-resync0, dups1-dups0)
+			}
 
 			// --full --namespace: every object of that namespace again, stored.
 			before = len(f.stored())
+			resync0, dups0 = sent()
 			code, out, stderr = runResync(t, conf, "--source", "cms", "--namespace", f.ns, "--full", "--id", "f1")
 			if code != 0 {
 				t.Fatalf("resync f1: exit %d\n%s%s", code, out, stderr)
@@ -144,6 +157,9 @@ func TestResyncOnRequest(t *testing.T) {
 			checkMarkers(t, markers, "f1", true, f.ns)
 			if len(objects) != 3 {
 				t.Fatalf("a full resync of namespace %s stored %d object events, want its 3:\n%s", f.ns, len(objects), dump(after[before:]))
+			}
+			if resync1, dups1 := sent(); resync1-resync0 != 3 || dups1 != dups0 {
+				t.Errorf("a full resync of 3 objects sent %v events of origin resync and %v duplicates, want 3 and none", resync1-resync0, dups1-dups0)
 			}
 			suffix := fmt.Sprintf("/full/%d", markers[0].sync(t).Epoch)
 			for _, m := range objects {
@@ -314,4 +330,34 @@ sharding:
 	})
 	delete(rs, old)
 	resyncOwnedBy("s0", other, "q-s0-after", 1)
+}
+
+// metricSumOf is the sum of the samples of name whose labels include labels
+// (0 when none).
+func metricSumOf(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
