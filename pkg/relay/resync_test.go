@@ -118,6 +118,13 @@ func TestResyncOnRequest(t *testing.T) {
 			}
 			f.waitStored(30*time.Second, isEvent("added", "a1", ""), isEvent("added", "a2", ""), isEvent("added", "a3", ""), isEvent("added", "b1", ""), isEvent("added", "b2", ""))
 			conf := f.writeConfig(f.cfgYAML)
+			f.eventually(20*time.Second, "both watches checkpointed", func() error {
+				if n := len(f.checkpoints()); n != 2 {
+					return fmt.Errorf("%d checkpoints", n)
+				}
+				return nil
+			})
+			cps := f.checkpoints()
 
 			// Default: compared with the index, nothing differs.
 			before := len(f.stored())
@@ -179,6 +186,14 @@ func TestResyncOnRequest(t *testing.T) {
 			}
 			if again := f.stored(); len(again) != len(after) {
 				t.Errorf("the same request id again stored %d more messages:\n%s", len(again)-len(after), dump(again[len(after):]))
+			}
+			// No checkpoint went back (the lists do not move it; their
+			// sync.completed moves it to the list's resourceVersion).
+			time.Sleep(time.Second) // a few checkpoint flushes
+			for k, after := range f.checkpoints() {
+				if before, ok := cps[k]; !ok || rvNum(t, after.ResourceVersion) < rvNum(t, before.ResourceVersion) {
+					t.Errorf("checkpoint %s went from %q to %q across the resyncs", k, before.ResourceVersion, after.ResourceVersion)
+				}
 			}
 			if mode == "binary" {
 				return // the errors do not depend on the content mode
