@@ -424,8 +424,8 @@ func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 	return nil
 }
 
-// reconcile handles a completed relist. After reason expired or
-// no-checkpoint the events between the markers brought the view up to date;
+// reconcile handles a completed relist. After reason expired,
+// no-checkpoint or requested the events between the markers brought the view up to date;
 // after index-lost (or an initial snapshot over objects the view holds)
 // relayd may not know objects the view holds, so their deletes cannot come:
 // they are found by listing the cluster, with the resource and selectors
