@@ -68,7 +68,7 @@ func (h *harness) watchMarkers(cluster string) (*markers, error) {
 	sub, err := h.nc.Subscribe("k8s."+cluster+"._relayd.>", func(msg *nats.Msg) {
 		recv := time.Now()
 		ev, err := event.DecodeMessage(msg.Header, msg.Data)
-		if err != nil {
+		if err != nil || strings.HasSuffix(msg.Subject, "."+event.HeartbeatToken) {
 			return
 		}
 		var d struct {

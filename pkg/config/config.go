@@ -38,6 +38,10 @@ type Config struct {
 	Shutdown Shutdown `yaml:"shutdown"`
 	// Sharding spreads the sources over several replicas (one Lease each).
 	Sharding Sharding `yaml:"sharding"`
+	// HeartbeatInterval is how often each running watch publishes a
+	// heartbeat control event (docs/CONSUMING.md, "Heartbeats"); 0 turns
+	// them off. A source may override it.
+	HeartbeatInterval *Duration `yaml:"heartbeatInterval"`
 	// Sources lists the resources to watch. At least one is required.
 	Sources []Source `yaml:"sources" schema:"required"`
 
@@ -357,6 +361,21 @@ type Source struct {
 	// FilterOnError says what an evaluation error of Filter means: the
 	// object is in scope (include, the default) or not (exclude).
 	FilterOnError FilterOnError `yaml:"filterOnError"`
+	// HeartbeatInterval overrides the top-level heartbeatInterval for
+	// this source's watches (0: none); unset, the top-level one applies.
+	HeartbeatInterval *Duration `yaml:"heartbeatInterval"`
+}
+
+// HeartbeatOf is the heartbeat interval of src's watches: its own, else
+// the top-level one (0: no heartbeats).
+func (c *Config) HeartbeatOf(src *Source) time.Duration {
+	switch {
+	case src.HeartbeatInterval != nil:
+		return src.HeartbeatInterval.Duration()
+	case c.HeartbeatInterval != nil:
+		return c.HeartbeatInterval.Duration()
+	}
+	return DefaultHeartbeatInterval
 }
 
 // Resource names a resource by group, version and plural resource name.
@@ -483,7 +502,11 @@ const (
 	DefaultRenewDeadline        = 10 * time.Second
 	DefaultRetryPeriod          = 2 * time.Second
 	DefaultPayload              = PayloadFull
-	DefaultInitial              = InitialSnapshot
+	// DefaultHeartbeatInterval is heartbeatInterval's default.
+	DefaultHeartbeatInterval = time.Minute
+	// MinHeartbeatInterval is the shortest heartbeatInterval but 0 (off).
+	MinHeartbeatInterval = time.Second
+	DefaultInitial       = InitialSnapshot
 
 	// DefaultMaxObjectBytes is far above any object an apiserver stores
 	// (etcd refuses requests over 1.5 MiB by default).
@@ -565,6 +588,9 @@ func (c *Config) ApplyDefaults() {
 	setInt(&w.MaxObjectBytes, DefaultMaxObjectBytes)
 
 	setDuration(&c.Shutdown.DrainTimeout, DefaultDrainTimeout)
+	if c.HeartbeatInterval == nil { // explicit 0 is off
+		c.HeartbeatInterval = new(Duration(DefaultHeartbeatInterval))
+	}
 
 	sh := &c.Sharding
 	setString(&sh.LeasePrefix, DefaultLeasePrefix)

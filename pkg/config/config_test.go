@@ -33,7 +33,7 @@ func TestFixtures(t *testing.T) {
 bad-unknown-key-top.yaml: sources: at least one source is required`,
 
 		"bad-unknown-key-nested.yaml": `bad-unknown-key-nested.yaml:12: sources[1].namespace: unknown key (did you mean "namespaces"?)
-bad-unknown-key-nested.yaml:13: sources[1].selector: unknown key (valid keys: name, apiVersion, kind, resource, namespaces, labelSelector, fieldSelector, eventTypes, payload, keepManagedFields, keepLastAppliedConfiguration, allowSecretData, drop, ignoreChanges, changedPaths, initial, filter, filterOnError)`,
+bad-unknown-key-nested.yaml:13: sources[1].selector: unknown key (valid keys: name, apiVersion, kind, resource, namespaces, labelSelector, fieldSelector, eventTypes, payload, keepManagedFields, keepLastAppliedConfiguration, allowSecretData, drop, ignoreChanges, changedPaths, initial, filter, filterOnError, heartbeatInterval)`,
 
 		"bad-wrong-type.yaml": `bad-wrong-type.yaml:3: nats.url: expected a string, got a list
 bad-wrong-type.yaml:4: nats.maxInFlight: expected an integer, got "lots"
@@ -222,6 +222,7 @@ func TestGoodMinimalDefaults(t *testing.T) {
 	create := true
 	cfg := parseFile(t, "testdata/good-minimal.yaml")
 	jitter := 0.5
+	heartbeat := Duration(time.Minute)
 	want := Config{
 		Cluster: "prod-eu-1",
 		Prefix:  "k8s",
@@ -260,8 +261,9 @@ func TestGoodMinimalDefaults(t *testing.T) {
 			PageSize:       500,
 			MaxObjectBytes: 64 << 20,
 		},
-		Shutdown: Shutdown{DrainTimeout: Duration(20 * time.Second)},
-		Sharding: Sharding{LeasePrefix: "relayd", LeaseDuration: Duration(15 * time.Second), RenewDeadline: Duration(10 * time.Second), RetryPeriod: Duration(2 * time.Second)},
+		Shutdown:          Shutdown{DrainTimeout: Duration(20 * time.Second)},
+		Sharding:          Sharding{LeasePrefix: "relayd", LeaseDuration: Duration(15 * time.Second), RenewDeadline: Duration(10 * time.Second), RetryPeriod: Duration(2 * time.Second)},
+		HeartbeatInterval: &heartbeat,
 		Sources: []Source{{
 			Name:       "pods",
 			APIVersion: "v1",
@@ -275,6 +277,24 @@ func TestGoodMinimalDefaults(t *testing.T) {
 	got.origin = nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults mismatch\n got: %+v\nwant: %+v", got, want)
+	}
+	if d := cfg.HeartbeatOf(&cfg.Sources[0]); d != time.Minute {
+		t.Errorf("HeartbeatOf = %s, want the default 1m", d)
+	}
+}
+
+// TestHeartbeatOf: a source's heartbeatInterval overrides the top-level
+// one, 0 included; unset, the top-level one applies.
+func TestHeartbeatOf(t *testing.T) {
+	cfg, err := Parse([]byte("cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}}\nheartbeatInterval: 30s\n"+
+		"sources: [{name: a, apiVersion: v1, kind: Pod}, {name: b, apiVersion: v1, kind: Pod, heartbeatInterval: 0}, {name: c, apiVersion: v1, kind: Pod, heartbeatInterval: 2m}]\n"), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []time.Duration{30 * time.Second, 0, 2 * time.Minute} {
+		if got := cfg.HeartbeatOf(&cfg.Sources[i]); got != want {
+			t.Errorf("sources[%d]: HeartbeatOf = %s, want %s", i, got, want)
+		}
 	}
 }
 
@@ -599,6 +619,10 @@ func TestValidateMore(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"explicit zero jitter", base + src + "watch: {relistBackoff: {jitter: 0}}\n", ""},
+		{"heartbeats off", base + src + "heartbeatInterval: 0\n", ""},
+		{"heartbeat interval too short", base + "heartbeatInterval: 500ms\nsources: [{name: pods, apiVersion: v1, kind: Pod}, {name: cms, apiVersion: v1, kind: ConfigMap, heartbeatInterval: 10ms}, {name: svc, apiVersion: v1, kind: Service, heartbeatInterval: 0}]\n",
+			"x:3: heartbeatInterval: must be 0 (off) or at least 1s, got 500ms\n" +
+				"x:4: sources[1].heartbeatInterval: must be 0 (off) or at least 1s, got 10ms"},
 		{"checkpoint watches per ConfigMap", base + src + "checkpoint: {watchesPerConfigMap: 3001}\n",
 			"x:4: checkpoint.watchesPerConfigMap: must be between 1 and 3000, got 3001"},
 		{"in-flight bytes", "cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}, maxInFlightBytes: 1000}\n" + src,
@@ -638,9 +662,9 @@ x:5: sources[1].resource.resource: "Deployments" is not a valid resource name (m
 		{"type error suppresses validation", base + "sources: [{name: [pods], apiVersion: v1, kind: Pod}]\n",
 			"x:3: sources[0].name: expected a string, got a list"},
 		{"non-string key", base + src + "1: x\n",
-			`x:4: 1: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`},
+			`x:4: 1: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, sources)`},
 		{"odd key", base + src + "\"a.b\": x\n",
-			`x:4: ["a.b"]: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`},
+			`x:4: ["a.b"]: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, sources)`},
 		{"mapping key", base + src + "? [a]\n: x\n", "x:4: mapping keys must be strings, got a list"},
 		{"case suggestion", base + src + "shutdown: {draintimeout: 1s}\n", `x:4: shutdown.draintimeout: unknown key (did you mean "drainTimeout"?)`},
 		{"duration wrong kind", base + src + "shutdown: {drainTimeout: [1s]}\n",
@@ -688,7 +712,7 @@ sources:
     namespaces: *ns
 `
 	_, err := Parse([]byte(doc), "x")
-	if want := `x:3: x-common: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`; err == nil || err.Error() != want {
+	if want := `x:3: x-common: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, sources)`; err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}
 	doc = strings.Replace(doc, "x-common: &common\n  apiVersion: v1\n  payload: metadata\n", "", 1)
@@ -713,7 +737,7 @@ sources:
 		{"self merge", "cluster: &c {<<: *c}\n", "x:1: cluster: expected a string, got a mapping"},
 		{"merge cycle", "nats: &n {<<: *n}\n", "x:1: nats: alias *n refers to a node that contains it"},
 		{"merge of a scalar", "nats: {<<: 3}\n", `x:1: nats: the merge key "<<" needs a mapping or a list of mappings, got 3`},
-		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, sources)`},
+		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, sources)`},
 		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, nkeySeedFile, tokenFile, userFile, passwordFile, allowPlaintextCredentials, tls, jsDomain, inboxPrefix, name, publishTimeout, maxInFlight, maxInFlightBytes, maxInFlightBytesPerWatch, stream, index)`},
 		{"alias to ancestor", "sources: &s [*s]\n", "x:1: sources[0]: expected a mapping, got a list"},
 	} {

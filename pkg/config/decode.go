@@ -97,6 +97,17 @@ func (w *walker) walk(n *yaml.Node, v reflect.Value, path string) {
 		w.leaf(n, v, path)
 		return
 	}
+	if v.Kind() == reflect.Pointer && reflect.PointerTo(v.Type().Elem()).Implements(unmarshalerIface) { // an optional *Duration
+		if isNull(n) {
+			v.SetZero()
+			return
+		}
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		w.leaf(n, v.Elem(), path)
+		return
+	}
 	switch {
 	case v.Kind() == reflect.Struct:
 		if isNull(n) {
@@ -245,6 +256,8 @@ func (w *walker) sequence(n *yaml.Node, v reflect.Value, path string) {
 	}
 	v.Set(s)
 }
+
+var unmarshalerIface = reflect.TypeFor[yaml.Unmarshaler]()
 
 // leaf decodes a scalar into v with the yaml package itself, so that the
 // accepted spellings are exactly yaml.v3's, but with two stricter rules:

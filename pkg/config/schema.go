@@ -194,6 +194,9 @@ var (
 
 // of derives the schema of a value of type t held by a field tagged tag.
 func (g schemaGen) of(t reflect.Type, tag fieldTag) (*JSONSchema, error) {
+	if t.Kind() == reflect.Pointer { // optional (*Duration): the schema of its value
+		return g.of(t.Elem(), tag)
+	}
 	if t.Implements(describerType) {
 		return reflect.Zero(t).Interface().(SchemaDescriber).JSONSchema(), nil
 	}

@@ -173,6 +173,7 @@ func (v *validator) config(c *Config) {
 	v.checkpoint(&c.Checkpoint)
 	v.watch(&c.Watch)
 	v.positive("shutdown.drainTimeout", c.Shutdown.DrainTimeout)
+	v.heartbeat("heartbeatInterval", c.HeartbeatInterval)
 	v.sources(c.Sources)
 	v.sharding(c)
 }
@@ -357,7 +358,7 @@ func (v *validator) sources(srcs []Source) {
 
 // source checks one source, whose key path is p, reporting its problems in
 // key order: what to watch, namespaces, selectors, event types, payload,
-// shaping paths, initial mode.
+// shaping paths, initial mode, heartbeat interval.
 func (v *validator) source(p string, s *Source) {
 	v.target(p, s)
 	if s.Resource != nil {
@@ -372,6 +373,7 @@ func (v *validator) source(p string, s *Source) {
 	if in := s.Initial; !slices.Contains(initials, in) {
 		v.add(p+".initial", "%q is not a valid initial mode (must be %s)", in, orList(initials))
 	}
+	v.heartbeat(p+".heartbeatInterval", s.HeartbeatInterval)
 }
 
 // target checks how source p names what it watches: either apiVersion+kind
@@ -556,6 +558,14 @@ func orList[T ~string](vs []T) string {
 		return strings.Join(s, "")
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
+
+// heartbeat checks a heartbeatInterval: unset, 0 (off) or at least
+// MinHeartbeatInterval.
+func (v *validator) heartbeat(path string, d *Duration) {
+	if d != nil && *d != 0 && *d < Duration(MinHeartbeatInterval) {
+		v.add(path, "must be 0 (off) or at least %s, got %s", Duration(MinHeartbeatInterval), *d)
+	}
 }
 
 func (v *validator) positive(path string, d Duration) {

@@ -3,6 +3,7 @@ package event
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -214,12 +215,16 @@ type SubjectParts struct {
 // ParseSubject inverts the subject of an object change:
 // <prefix>.<cluster>.<group>.<version>.<resource>.<namespace>.<name>.<type>.
 // The prefix may span several tokens; the last seven are fixed. Control
-// subjects (…._relayd.<source>.sync.<started|completed>) are rejected as not
-// object subjects.
+// subjects (…._relayd.<source>.sync.<started|completed> and
+// …._relayd.<source>.heartbeat) are recognised and rejected with an error
+// wrapping ErrControlSubject (ParseControlSubject takes them apart).
 func ParseSubject(subject string) (SubjectParts, error) {
 	var p SubjectParts
 	fail := func(msg string) (SubjectParts, error) {
 		return SubjectParts{}, errors.New("subject " + strconv.Quote(subject) + ": " + msg)
+	}
+	if c, err := ParseControlSubject(subject); err == nil {
+		return SubjectParts{}, fmt.Errorf("subject %q: %w (%s of source %q)", subject, ErrControlSubject, c.Event, c.Source)
 	}
 	// Split the last seven tokens off from the right.
 	var toks [7]string

@@ -3,6 +3,7 @@ package event
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -188,8 +189,11 @@ func TestSubjectHashFallback(t *testing.T) {
 func TestParseSubjectErrors(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"k8s.c.core.v1.pods.ns.name", `subject "k8s.c.core.v1.pods.ns.name": not an object subject (too few tokens)`},
-		{"k8s.c._relayd.src.sync.started", `subject "k8s.c._relayd.src.sync.started": not an object subject (too few tokens)`},
-		{"x.k8s.acme.c._relayd.src.sync.completed", `subject "x.k8s.acme.c._relayd.src.sync.completed": not an object subject (last token "completed")`},
+		{"k8s.c._relayd.src.sync.started", `subject "k8s.c._relayd.src.sync.started": a control subject, not an object subject (sync.started of source "src")`},
+		{"x.k8s.acme.c._relayd.src.sync.completed", `subject "x.k8s.acme.c._relayd.src.sync.completed": a control subject, not an object subject (sync.completed of source "src")`},
+		{"k8s.c._relayd.src.heartbeat", `subject "k8s.c._relayd.src.heartbeat": a control subject, not an object subject (heartbeat of source "src")`},
+		{"a.b.c.d.c._relayd.src.heartbeat", `subject "a.b.c.d.c._relayd.src.heartbeat": a control subject, not an object subject (heartbeat of source "src")`},
+		{"k8s.c._relayd.src.heartbeats", `subject "k8s.c._relayd.src.heartbeats": not an object subject (too few tokens)`},
 		{"k8s.c.core.v1.pods.ns.name.created", `subject "k8s.c.core.v1.pods.ns.name.created": not an object subject (last token "created")`},
 		{"k8s.c.core.v1.pods..name.added", `subject "k8s.c.core.v1.pods..name.added": empty token`},
 		{".c.core.v1.pods.ns.name.added", `subject ".c.core.v1.pods.ns.name.added": invalid prefix token ""`},
@@ -201,6 +205,33 @@ func TestParseSubjectErrors(t *testing.T) {
 	for _, tt := range tests {
 		if _, err := ParseSubject(tt.in); err == nil || err.Error() != tt.want {
 			t.Errorf("ParseSubject(%q) error = %v\nwant %q", tt.in, err, tt.want)
+		} else if strings.Contains(tt.want, "control subject") != errors.Is(err, ErrControlSubject) {
+			t.Errorf("ParseSubject(%q): errors.Is(ErrControlSubject) = %v", tt.in, errors.Is(err, ErrControlSubject))
+		}
+	}
+}
+
+// TestParseControlSubject: every control subject an Encoder builds parses
+// back to its prefix, cluster, source and event; other subjects do not.
+func TestParseControlSubject(t *testing.T) {
+	for _, prefix := range []string{"k8s", "acme.k8s"} {
+		e, err := NewEncoder(EncoderOptions{Prefix: prefix, Cluster: "c-1", Source: "pods"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ev, subj := range map[string]string{"sync.started": e.ControlSubject(false), "sync.completed": e.ControlSubject(true), "heartbeat": e.HeartbeatSubject()} {
+			got, err := ParseControlSubject(subj)
+			if want := (ControlParts{Prefix: prefix, Cluster: "c-1", Source: "pods", Event: ev}); err != nil || got != want {
+				t.Errorf("ParseControlSubject(%q) = %+v, %v; want %+v", subj, got, err, want)
+			}
+		}
+		if _, err := ParseControlSubject(e.Subject(podsResource, "ns", "heartbeat", Added)); err == nil {
+			t.Errorf("an object subject parsed as a control subject")
+		}
+	}
+	for _, bad := range []string{"_relayd.src.heartbeat", "k8s.c.relayd.src.heartbeat", "k8s.c._relayd.s%2E.heartbeat", "k8s..c._relayd.src.heartbeat", "k8s.c._relayd.src.sync.ended"} {
+		if p, err := ParseControlSubject(bad); err == nil {
+			t.Errorf("ParseControlSubject(%q) = %+v, want an error", bad, p)
 		}
 	}
 }

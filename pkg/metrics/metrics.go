@@ -1,6 +1,6 @@
 // Package metrics assembles relayd's Prometheus metrics (docs/OPERATIONS.md,
 // "Metrics"). Each component defines and registers its own (source, sink,
-// watch, index, checkpoint: their NewMetrics); New registers all of them,
+// watch, index, checkpoint, heartbeat: their NewMetrics); New registers all of them,
 // with the process's own (readiness, NATS, stream, whether each source runs
 // here and is up, build information, the Go and process collectors), on a
 // registry the caller passes in (never the global one). All carry the
@@ -18,6 +18,7 @@ import (
 
 	"github.com/relayd/relayd/internal/version"
 	"github.com/relayd/relayd/pkg/checkpoint"
+	"github.com/relayd/relayd/pkg/heartbeat"
 	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
@@ -32,6 +33,7 @@ type Metrics struct {
 	Watch      *watch.Metrics
 	Index      *index.Metrics
 	Checkpoint *checkpoint.Metrics
+	Heartbeat  *heartbeat.Metrics
 
 	NATSConnected prometheus.Gauge
 	StreamUsable  prometheus.Gauge
@@ -61,6 +63,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.Checkpoint, err = checkpoint.NewMetrics(reg); err != nil {
+		return nil, err
+	}
+	if m.Heartbeat, err = heartbeat.NewMetrics(reg); err != nil {
 		return nil, err
 	}
 	m.initState()

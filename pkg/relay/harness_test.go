@@ -76,6 +76,8 @@ watch:
   relistBackoff: {initial: 100ms, max: 2s}
 shutdown:
   drainTimeout: 10s
+# Off: the tests read whole streams; heartbeat_test.go turns them on.
+heartbeatInterval: 0
 sources:
 {{.Sources}}
 `

@@ -38,6 +38,7 @@ import (
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/heartbeat"
 	"github.com/relayd/relayd/pkg/index"
 	"github.com/relayd/relayd/pkg/metrics"
 	"github.com/relayd/relayd/pkg/natsconn"
@@ -225,6 +226,9 @@ func (r *relay) run(ctx context.Context) error {
 	srcCtx, stopSources := context.WithCancel(runCtx)
 	var sources sync.WaitGroup
 	sources.Go(func() { r.startSources(srcCtx, &sources) })
+	hb := heartbeat.New(heartbeat.Options{Config: r.cfg, Each: r.eachWatch, Publisher: r.sink, Connected: r.natsc.Up,
+		Logger: r.log.Named("heartbeat"), Metrics: r.m.Heartbeat})
+	sources.Go(func() { hb.Run(srcCtx) }) // stops with the sources
 	var fatal error
 	select {
 	case <-ctx.Done():
@@ -339,6 +343,17 @@ func (r *relay) activeWatches() []*watch.Watch {
 		out = append(out, ws...)
 	}
 	return out
+}
+
+// eachWatch calls f with every watch this replica runs (the heartbeats').
+func (r *relay) eachWatch(f func(heartbeat.Watch)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ws := range r.active {
+		for _, w := range ws {
+			f(w)
+		}
+	}
 }
 
 func (r *relay) connectKube() error {

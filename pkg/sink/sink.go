@@ -304,6 +304,26 @@ type Pipeline struct {
 	// bookmarkOnly is stage 2's: nothing but bookmarks (or other
 	// publish-free entries) moved the watermark since the last Advance.
 	bookmarkOnly bool
+	// lastSeq is the event-stream sequence of the last event acked, done
+	// counts the entries done (Progress).
+	lastSeq, done atomic.Uint64
+}
+
+// Progress is how far a pipeline got (for heartbeats, pkg/heartbeat).
+type Progress struct {
+	// StreamSeq is the event-stream sequence of the pipeline's last event
+	// acknowledged (0: none yet).
+	StreamSeq uint64
+	// Done counts the entries done since the pipeline started; Pending is
+	// the entries submitted and not yet done. Pending > 0 with Done
+	// unchanged since an earlier look: nothing was acknowledged meanwhile.
+	Done    uint64
+	Pending int
+}
+
+// Progress says how far the pipeline got; safe from any goroutine.
+func (p *Pipeline) Progress() Progress {
+	return Progress{StreamSeq: p.lastSeq.Load(), Done: p.done.Load(), Pending: len(p.slots)}
 }
 
 // NewPipeline starts a pipeline for one watch of source. onAdvance is called
@@ -533,6 +553,20 @@ func (p *Pipeline) release(pe *pending) {
 
 // publish publishes m, to be stored in to.stream.
 func (p *Pipeline) publish(m *event.Message, to target) (jetstream.PubAckFuture, error) {
+	return p.s.publish(m, to)
+}
+
+// PublishUnordered publishes m to the event stream outside every
+// pipeline: no order with the watches' entries, no window, no retry, no
+// effect on any position. The caller reads the future (pkg/heartbeat's
+// heartbeats: a failed one is counted, and the next is due an interval
+// later).
+func (s *Sink) PublishUnordered(m *event.Message) (jetstream.PubAckFuture, error) {
+	return s.publish(m, s.events)
+}
+
+// publish publishes m, to be stored in to.stream.
+func (s *Sink) publish(m *event.Message, to target) (jetstream.PubAckFuture, error) {
 	// The headers jetstream.WithMsgID and WithExpectStream would set, set
 	// here: without options PublishMsgAsync allocates no options, closures
 	// or header values per message (its defaults are those of the options).
@@ -549,7 +583,7 @@ func (p *Pipeline) publish(m *event.Message, to target) (jetstream.PubAckFuture,
 	if to.stream != "" {
 		h[jetstream.ExpectedStreamHeader] = to.header
 	}
-	return p.s.o.JetStream.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data, Header: h})
+	return s.o.JetStream.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data, Header: h})
 }
 
 // publishCounted publishes m as a new in-flight message (see
@@ -714,12 +748,14 @@ func (p *Pipeline) runFollowUps(ctx context.Context) {
 			p.bookmarkOnly = true
 		}
 		p.releaseBytes(pe)
+		p.done.Add(1)
 		<-p.slots
 	}
 }
 
 func (p *Pipeline) eventAcked(pe *pending, ack *jetstream.PubAck) {
 	p.s.ackedEventSeq(ack.Sequence)
+	p.lastSeq.Store(max(p.lastSeq.Load(), ack.Sequence)) // stage 1 is its only writer
 	if ack.Duplicate {
 		p.dups.Inc()
 	}

@@ -28,6 +28,7 @@ func (w *Watch) handle(ctx context.Context, it *source.Item) error {
 	failpoint.Inject(failpoint.RelayHandle)
 	switch it.Kind {
 	case source.ItemObject:
+		w.lastRead.Store(it.ReadAt.UnixNano())
 		return w.handleObject(ctx, it)
 	case source.ItemBookmark:
 		return w.submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, Bookmark: true})

@@ -53,6 +53,8 @@ type Pipe interface {
 	Watermark() (rv string, epoch uint64)
 	// Close stops the pipeline (after the watch stopped).
 	Close()
+	// Progress says how far the pipeline got (for the heartbeats).
+	Progress() sink.Progress
 }
 
 // Pipelines opens the watches' pipelines (the sink). New calls it once.
@@ -71,6 +73,8 @@ type Acked interface {
 // Positions are the stored checkpoints (a *checkpoint.Store).
 type Positions interface {
 	Get(key string) (checkpoint.Position, bool)
+	// Stored is the position as written in the checkpoint (the heartbeats').
+	Stored(key string) (checkpoint.Position, bool)
 	Advance(key string, p checkpoint.Position, bookmarkOnly bool)
 }
 
@@ -221,6 +225,7 @@ type Watch struct {
 	established atomic.Bool
 	up          atomic.Bool
 	lastErr     atomic.Value // string: why the watch last stopped (for /readyz)
+	lastRead    atomic.Int64 // unix nanoseconds of the last change read (0: none yet; Beat)
 
 	// Owned by the Supervise goroutine: what one attempt built and may reuse.
 	resource event.Resource

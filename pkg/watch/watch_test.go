@@ -66,9 +66,12 @@ func (p *fakePipe) Watermark() (string, uint64) {
 
 func (p *fakePipe) Close() {}
 
+func (p *fakePipe) Progress() sink.Progress { return sink.Progress{} }
+
 type fakePositions map[string]checkpoint.Position
 
-func (f fakePositions) Get(key string) (checkpoint.Position, bool) { p, ok := f[key]; return p, ok }
+func (f fakePositions) Get(key string) (checkpoint.Position, bool)    { p, ok := f[key]; return p, ok }
+func (f fakePositions) Stored(key string) (checkpoint.Position, bool) { return f.Get(key) }
 func (f fakePositions) Advance(key string, p checkpoint.Position, _ bool) {
 	f[key] = p
 }

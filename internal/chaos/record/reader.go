@@ -54,6 +54,9 @@ func ReadStreamShaped(ctx context.Context, js jetstream.JetStream, stream string
 		if err != nil {
 			return nil, 0, fmt.Errorf("reader: message %d on %s: %w", seq, rm.Subject, err)
 		}
+		if e.Kind == event.HeartbeatToken {
+			continue
+		}
 		if sh, ok := shaping[e.Source]; ok && sh.Probed() && e.Kind == "object" {
 			if e.Content, err = Probe(sh, rm.Header, rm.Data); err != nil {
 				return nil, 0, fmt.Errorf("reader: message %d on %s: %w", seq, rm.Subject, err)
@@ -98,6 +101,8 @@ func Decode(seq uint64, header map[string][]string, data []byte) (history.Event,
 		if e.To, err = history.ParseRV(d.To); err != nil {
 			return e, err
 		}
+	case strings.HasSuffix(env.Type, ".source."+event.HeartbeatToken):
+		e.Kind = event.HeartbeatToken // not part of the history: ReadStreamShaped skips it
 	default:
 		return e, fmt.Errorf("unknown event type %q", env.Type)
 	}
