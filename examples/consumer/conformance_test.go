@@ -64,7 +64,7 @@ func checkStreams(t *testing.T, js jetstream.JetStream, lanes []*lane) {
 			}
 		}
 		// Each kind of message the contract describes was checked.
-		for _, k := range []string{"added", "modified", "deleted", "sync.started", "sync.completed", "origin=initial", "origin=watch", "origin=resync", "relaydfinalunknown", "relayddropped", "k8smanager", "relaydchanged"} {
+		for _, k := range []string{"added", "modified", "deleted", "sync.started", "sync.completed", "origin=initial", "origin=watch", "origin=resync", "relaydfinalunknown", "relayddropped", "k8smanager", "relaydchanged", "heartbeat"} {
 			if seen[k] == 0 {
 				t.Errorf("%s: no %s message on the stream to check (%v)", l.mode, k, seen)
 			}

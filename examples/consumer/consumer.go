@@ -86,6 +86,10 @@ type Options struct {
 	// PositionEvery is how often the last acknowledged stream sequence is
 	// recorded in the view (default 1s; see planStart).
 	PositionEvery time.Duration
+	// HeartbeatCheckEvery is how often the Watchdog looks for heartbeats
+	// 2 intervals overdue and logs them (docs/CONSUMING.md, "Heartbeats");
+	// default 1s.
+	HeartbeatCheckEvery time.Duration
 }
 
 // The defaults of Options.
@@ -128,6 +132,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PositionEvery <= 0 {
 		o.PositionEvery = time.Second
+	}
+	if o.HeartbeatCheckEvery <= 0 {
+		o.HeartbeatCheckEvery = time.Second
 	}
 	return o, nil
 }
@@ -219,9 +226,11 @@ func Run(ctx context.Context, o Options) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // ends the goroutines below when Run returns on an error
-	wg.Add(2)
+	dog := NewWatchdog(o.Log)
+	wg.Add(3)
 	go func() { defer wg.Done(); <-ctx.Done(); it.Stop() }()
 	go func() { defer wg.Done(); prune(ctx, o) }()
+	go func() { defer wg.Done(); watchHeartbeats(ctx, o, dog) }()
 	defer pos.flush()
 	for {
 		m, err := it.Next()
@@ -231,7 +240,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 			return err
 		}
-		if settle(ctx, o, m, handle(ctx, o, m)) {
+		if settle(ctx, o, m, handle(ctx, o, m, dog)) {
 			pos.acked(ctx, m)
 		}
 	}
@@ -365,8 +374,23 @@ func terminate(m jetstream.Msg, why error) error {
 	return errTerminated
 }
 
-// handle applies one message.
-func handle(ctx context.Context, o Options, m jetstream.Msg) error {
+// watchHeartbeats runs dog's Check every o.HeartbeatCheckEvery until ctx
+// ends.
+func watchHeartbeats(ctx context.Context, o Options, dog *Watchdog) {
+	t := time.NewTicker(o.HeartbeatCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			dog.Check(now)
+		}
+	}
+}
+
+// handle applies one message; a heartbeat goes to dog (a nil dog: ignored).
+func handle(ctx context.Context, o Options, m jetstream.Msg, dog *Watchdog) error {
 	md, err := m.Metadata()
 	if err != nil {
 		return err
@@ -381,6 +405,19 @@ func handle(ctx context.Context, o Options, m jetstream.Msg) error {
 	if err != nil {
 		o.Log.Error("not a message of relayd for this cluster: terminated", "subject", m.Subject(), "seq", seq, "error", err)
 		return terminate(m, err)
+	}
+	if k == heartbeat {
+		if dog == nil {
+			return nil
+		}
+		if err := dog.Beat(&env, md.NumPending); err != nil {
+			o.Log.Error("inconsistent heartbeat: terminated", "subject", m.Subject(), "seq", seq, "error", err)
+			return terminate(m, err)
+		}
+		return nil // not part of the view
+	}
+	if dog != nil {
+		dog.Seen(md.NumPending)
 	}
 	a := Applied{Seq: seq, Event: env}
 	switch k {

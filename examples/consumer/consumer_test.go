@@ -210,6 +210,7 @@ checkpoint:
   flushInterval: 1s
 shutdown:
   drainTimeout: 5s
+heartbeatInterval: 1s
 sources:
   - name: cms
     apiVersion: v1

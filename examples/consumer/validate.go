@@ -18,6 +18,7 @@ const (
 	objectEvent kind = iota
 	syncStarted
 	syncCompleted
+	heartbeat
 )
 
 // errUnusable wraps every reason Check gives: such a message is terminated,
@@ -30,12 +31,12 @@ func unusable(format string, args ...any) error {
 
 // Check tells whether a decoded message is one relayd published for this
 // consumer's cluster (docs/CONSUMING.md, "Subjects" and "The event on the
-// wire"), and what it is: the type is one of the five relayd publishes
+// wire"), and what it is: the type is one of the six relayd publishes
 // under prefix; k8scluster is cluster; source is
 // /relayd/<cluster>/<relaydsource>; the NATS subject, taken apart, names
 // exactly the envelope's cluster, group, version, resource, namespace,
-// name (or its hash token) and change type, or for a sync marker is that
-// source's control subject; an object event carries a uid and a
+// name (or its hash token) and change type, or for a sync marker or a
+// heartbeat is that source's control subject; an object event carries a uid and a
 // resourceVersion, and its id is <uid>/<resourceVersion>[/deleted]; a
 // Nats-Msg-Id header, when present, is <prefix>.<cluster>/<relaydsource>/<id>
 // (or the older <relaydsource>/<id>). Anything else
@@ -70,10 +71,15 @@ func Check(prefix, cluster, subject, msgID string, env *event.Envelope) (kind, e
 			return syncStarted, nil
 		}
 		return syncCompleted, nil
+	case "source.heartbeat":
+		if want := prefix + "." + cluster + "." + event.ControlToken + "." + env.RelaydSource + "." + event.HeartbeatToken; subject != want {
+			return 0, unusable("subject %q, want %q for a heartbeat of source %q", subject, want, env.RelaydSource)
+		}
+		return heartbeat, nil
 	case "object.added", "object.modified", "object.deleted":
 		return objectEvent, checkObject(prefix, subject, event.Type(rest[len("object."):]), env)
 	}
-	return 0, unusable("type %q is none of %s.object.added|modified|deleted, %s.source.sync.started|completed", env.Type, prefix, prefix)
+	return 0, unusable("type %q is none of %s.object.added|modified|deleted, %s.source.sync.started|completed, %s.source.heartbeat", env.Type, prefix, prefix, prefix)
 }
 
 // checkObject checks an object event's subject and identity against its

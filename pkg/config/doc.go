@@ -188,6 +188,13 @@
 //   - retryPeriod (default 2s, > 0): how often each Lease is renewed or
 //     tried; about the hand-over time after a graceful stop.
 //
+// heartbeatInterval (default 1m; 0 = off, else at least 1s): every running
+// watch publishes a heartbeat control event this often on
+// <prefix>.<cluster>._relayd.<source>.heartbeat (docs/CONSUMING.md,
+// "Heartbeats"): a consumer that sees none for 2 intervals knows relayd is
+// absent or the watch down or stalled. One message per watch per
+// interval; no checkpoint write. A source's heartbeatInterval overrides it.
+//
 // sources (required, at least one), each:
 //
 //   - name (required, unique, a DNS-1123 label: lowercase letters, digits
@@ -272,6 +279,8 @@
 //     does not apply filters yet. filterOnError is include (default) or
 //     exclude, and an error without filter. See docs/CONFIGURATION.md,
 //     "Filters".
+//   - heartbeatInterval (default: the top-level heartbeatInterval; 0 = off,
+//     else at least 1s): the heartbeat interval of this source's watches.
 //
 // # Errors
 //

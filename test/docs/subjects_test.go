@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,7 +17,9 @@ type subjectExample struct {
 	line    int
 	subject string
 	prefix  string
-	marker  bool
+	marker  bool // a control subject: a sync marker's or a heartbeat's
+	// heartbeat: a heartbeat's subject (marker too).
+	heartbeat bool
 }
 
 // tokensAfterPrefix counts the tokens of the subject after its prefix.
@@ -98,11 +101,52 @@ func markerExamples(t *testing.T, f mdFile) []subjectExample {
 	return out
 }
 
+// heartbeatExamples checks every row of the heartbeat subject table
+// against the encoder's heartbeat subject and ParseControlSubject, and that
+// ParseSubject refuses them as control subjects.
+func heartbeatExamples(t *testing.T, f mdFile) []subjectExample {
+	t.Helper()
+	rows, lines := table(t, f, "heartbeat subject", "prefix", "cluster", "source")
+	var out []subjectExample
+	for i, row := range rows {
+		c := cells(t, lines[i], row, 4)
+		subject, prefix := c[0], c[1]
+		enc, err := event.NewEncoder(event.EncoderOptions{Prefix: prefix, Cluster: c[2], Source: c[3]})
+		if err != nil {
+			t.Errorf("%s:%d: %v", consuming, lines[i], err)
+		} else if built := enc.HeartbeatSubject(); built != subject {
+			t.Errorf("%s:%d: relayd publishes the row's heartbeat on %q, not %q", consuming, lines[i], built, subject)
+		}
+		want := event.ControlParts{Prefix: prefix, Cluster: c[2], Source: c[3], Event: event.HeartbeatToken}
+		if got, err := event.ParseControlSubject(subject); err != nil || got != want {
+			t.Errorf("%s:%d: ParseControlSubject(%q) = %+v, %v; want %+v (the row)", consuming, lines[i], subject, got, err, want)
+		}
+		if _, err := event.ParseSubject(subject); !errors.Is(err, event.ErrControlSubject) {
+			t.Errorf("%s:%d: ParseSubject(%q) = %v, want a control subject error", consuming, lines[i], subject, err)
+		}
+		out = append(out, subjectExample{line: lines[i], subject: subject, prefix: prefix, marker: true, heartbeat: true})
+	}
+	return out
+}
+
 var (
+	// heartbeatCountRE finds the sentence that states the heartbeat
+	// subjects' token count.
+	heartbeatCountRE = regexp.MustCompile(`(?i)heartbeat subjects (\w+) tokens after the prefix`)
 	// countRE finds the sentence that states the token counts.
 	countRE = regexp.MustCompile(`(?i)after the prefix, object subjects have (\w+) tokens.*? marker subjects (\w+)`)
 	numbers = map[string]int{"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
 )
+
+// heartbeatCount is the heartbeat subjects' token count the docs state.
+func heartbeatCount(t *testing.T, f mdFile) int {
+	t.Helper()
+	m := heartbeatCountRE.FindStringSubmatch(strings.Join(strings.Fields(f.Text), " "))
+	if m == nil {
+		t.Fatalf("%s: no sentence %q", consuming, "heartbeat subjects N tokens after the prefix")
+	}
+	return number(t, m[1])
+}
 
 func number(t *testing.T, w string) int {
 	t.Helper()
@@ -122,7 +166,7 @@ func number(t *testing.T, w string) int {
 // (one without '>' only examples of one kind).
 func TestSubjectExamples(t *testing.T) {
 	f := readMarkdown(t, consuming)
-	objects, markers := objectExamples(t, f), markerExamples(t, f)
+	objects, markers, beats := objectExamples(t, f), markerExamples(t, f), heartbeatExamples(t, f)
 
 	flat := strings.Join(strings.Fields(f.Text), " ")
 	m := countRE.FindStringSubmatch(flat)
@@ -133,7 +177,7 @@ func TestSubjectExamples(t *testing.T) {
 		what string
 		n    int
 		xs   []subjectExample
-	}{{"object", number(t, m[1]), objects}, {"marker", number(t, m[2]), markers}} {
+	}{{"object", number(t, m[1]), objects}, {"marker", number(t, m[2]), markers}, {"heartbeat", heartbeatCount(t, f), beats}} {
 		for _, x := range c.xs {
 			if got := x.tokensAfterPrefix(); got != c.n {
 				t.Errorf("%s says %s subjects have %d tokens after the prefix; the example %q (line %d, prefix %q) has %d",
@@ -143,7 +187,7 @@ func TestSubjectExamples(t *testing.T) {
 	}
 
 	rows, lines := table(t, f, "what", "filter subject")
-	all := append(append([]subjectExample{}, objects...), markers...)
+	all := append(append(append([]subjectExample{}, objects...), markers...), beats...)
 	for i, row := range rows {
 		filter, ok := cellValue(row[1])
 		if !ok {
@@ -212,6 +256,10 @@ func TestSubjectTemplates(t *testing.T) {
 	for _, x := range append(objectExamples(t, f), markerExamples(t, f)...) {
 		want[x.marker] = x.tokensAfterPrefix()
 	}
+	beats := heartbeatExamples(t, f)
+	if len(beats) == 0 {
+		t.Fatalf("%s: no heartbeat subject example", consuming)
+	}
 	seen := map[bool]int{}
 	for _, md := range markdownFiles(t) {
 		for _, loc := range templateRE.FindAllStringIndex(md.Text, -1) {
@@ -221,9 +269,13 @@ func TestSubjectTemplates(t *testing.T) {
 			}
 			marker := strings.Contains(tpl, "."+event.ControlToken+".")
 			seen[marker]++
-			if got := len(strings.Split(strings.TrimPrefix(tpl, "<prefix>."), ".")); got != want[marker] {
+			n := want[marker]
+			if marker && strings.HasSuffix(tpl, "."+event.HeartbeatToken) {
+				n = beats[0].tokensAfterPrefix()
+			}
+			if got := len(strings.Split(strings.TrimPrefix(tpl, "<prefix>."), ".")); got != n {
 				t.Errorf("%s:%d: the template %s has %d tokens after <prefix>; relayd's subjects of that kind (the examples of %s) have %d",
-					md.Rel, lineOf(md.Text, loc[0]), tpl, got, consuming, want[marker])
+					md.Rel, lineOf(md.Text, loc[0]), tpl, got, consuming, n)
 			}
 		}
 	}

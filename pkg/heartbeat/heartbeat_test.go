@@ -1,0 +1,245 @@
+package heartbeat
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/pkg/config"
+	"github.com/relayd/relayd/pkg/event"
+	"github.com/relayd/relayd/pkg/sink"
+	"github.com/relayd/relayd/pkg/watch"
+)
+
+// These are unit tests of the walk's decisions (spread, stall, failures)
+// with fake watches and a fake publisher: pkg/relay's heartbeat_test.go
+// shows the heartbeats of real watches on a real stream.
+
+type fakeWatch struct {
+	key, ns string
+	src     *config.Source
+	running bool
+	beat    watch.Beat
+}
+
+func (w *fakeWatch) Beat() (watch.Beat, bool) { return w.beat, w.running }
+func (w *fakeWatch) Key() string              { return w.key }
+func (w *fakeWatch) Source() *config.Source   { return w.src }
+func (w *fakeWatch) Namespace() string        { return w.ns }
+
+// doneFuture is a future that is already acknowledged (or failed).
+type doneFuture struct {
+	ok  chan *jetstream.PubAck
+	err chan error
+}
+
+func (f doneFuture) Ok() <-chan *jetstream.PubAck { return f.ok }
+func (f doneFuture) Err() <-chan error            { return f.err }
+func (f doneFuture) Msg() *nats.Msg               { return nil }
+
+type fakePublisher struct {
+	sent    []event.Message
+	fail    error // PublishUnordered fails with it
+	nack    error // the future fails with it
+	pending bool  // the future never resolves
+}
+
+func (p *fakePublisher) PublishUnordered(m *event.Message) (jetstream.PubAckFuture, error) {
+	if p.fail != nil {
+		return nil, p.fail
+	}
+	p.sent = append(p.sent, *m)
+	f := doneFuture{ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+	switch {
+	case p.pending:
+	case p.nack != nil:
+		f.err <- p.nack
+	default:
+		f.ok <- &jetstream.PubAck{}
+	}
+	return f, nil
+}
+
+func newTest(t testing.TB, pub Publisher, sources ...config.Source) (*Heartbeats, *[]Watch, *Metrics) {
+	cfg := &config.Config{Cluster: "c", Prefix: "k8s", Sources: sources}
+	cfg.ApplyDefaults()
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := &[]Watch{}
+	h := New(Options{Config: cfg, Publisher: pub, Logger: zap.NewNop(), Metrics: m,
+		Each: func(f func(Watch)) {
+			for _, w := range *ws {
+				f(w)
+			}
+		}})
+	return h, ws, m
+}
+
+func every(d time.Duration) *config.Duration { v := config.Duration(d); return &v }
+
+// t0 is a simulated start; ticks are simulated seconds after it.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Each running watch publishes exactly one heartbeat per interval, at its
+// own phase: 600 watches over 10 minutes of 1s ticks publish 6,000, spread
+// so that no tick carries more than 3 times the average; a source with
+// interval 0 publishes none.
+func TestSpreadOnePerInterval(t *testing.T) {
+	pub := &fakePublisher{}
+	h, ws, _ := newTest(t, pub, config.Source{Name: "a"}, config.Source{Name: "off", HeartbeatInterval: every(0)})
+	h.last = t0
+	src, off := &h.o.Config.Sources[0], &h.o.Config.Sources[1]
+	for i := range 600 {
+		*ws = append(*ws, &fakeWatch{key: fmt.Sprintf("a.ns-%d", i), ns: fmt.Sprintf("ns-%d", i), src: src, running: true})
+	}
+	*ws = append(*ws, &fakeWatch{key: "off.x", src: off, running: true})
+	per := map[string]int{}
+	maxTick := 0
+	for s := 1; s <= 600; s++ {
+		before := len(pub.sent)
+		h.Tick(t0.Add(time.Duration(s) * time.Second))
+		maxTick = max(maxTick, len(pub.sent)-before)
+	}
+	for _, m := range pub.sent {
+		env, err := event.DecodeMessage(m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.RelaydSource != "a" {
+			t.Fatalf("a heartbeat of source %q, whose interval is 0", env.RelaydSource)
+		}
+		per[env.K8sNamespace]++
+	}
+	if len(per) != 600 {
+		t.Errorf("%d watches had heartbeats, want 600", len(per))
+	}
+	for ns, n := range per {
+		if n != 10 {
+			t.Errorf("%s: %d heartbeats in 10 intervals, want 10", ns, n)
+		}
+	}
+	if avg := 600 / 60; maxTick > 3*avg {
+		t.Errorf("a tick published %d heartbeats; the average is %d: not spread", maxTick, avg)
+	}
+}
+
+// A watch that is not running publishes nothing; a watch whose pipeline
+// acknowledged nothing over an interval with entries waiting is stalled:
+// its heartbeat is withheld (counted) until its pipeline moves again.
+func TestNotRunningAndStalled(t *testing.T) {
+	pub := &fakePublisher{}
+	h, ws, m := newTest(t, pub, config.Source{Name: "a", HeartbeatInterval: every(10 * time.Second)})
+	h.last = t0
+	w := &fakeWatch{key: "a", src: &h.o.Config.Sources[0], running: false}
+	*ws = append(*ws, w)
+	tick := func(s int) { h.Tick(t0.Add(time.Duration(s) * time.Second)) }
+	for s := 1; s <= 20; s++ {
+		tick(s)
+	}
+	if len(pub.sent) != 0 {
+		t.Fatalf("%d heartbeats of a watch that is not running", len(pub.sent))
+	}
+	w.running = true
+	w.beat.Progress = sink.Progress{Done: 5, Pending: 3}
+	for s := 21; s <= 30; s++ { // its first due: published (nothing to compare with)
+		tick(s)
+	}
+	for s := 31; s <= 50; s++ { // two more dues, Done still 5 with entries waiting
+		tick(s)
+	}
+	stalled := testutil.ToFloat64(m.Heartbeats.WithLabelValues("a", ResultStalled))
+	if len(pub.sent) != 1 || stalled != 2 {
+		t.Fatalf("%d published, %v stalled; want 1 and 2", len(pub.sent), stalled)
+	}
+	w.beat.Progress.Done = 9 // the pipeline moved
+	for s := 51; s <= 60; s++ {
+		tick(s)
+	}
+	if len(pub.sent) != 2 {
+		t.Fatalf("%d published after the pipeline moved, want 2", len(pub.sent))
+	}
+	w.beat.Progress.Pending = 0 // idle: no entries, nothing to acknowledge
+	for s := 61; s <= 80; s++ {
+		tick(s)
+	}
+	if len(pub.sent) != 4 {
+		t.Fatalf("%d published by an idle watch, want 4", len(pub.sent))
+	}
+	n := len(pub.sent)
+	h.Tick(t0.Add(81 * time.Second)) // reaps the acknowledgements
+	if got := testutil.ToFloat64(m.Heartbeats.WithLabelValues("a", ResultPublished)); got != float64(n) {
+		t.Errorf("published counted %v, want %d", got, n)
+	}
+}
+
+// A heartbeat that cannot be sent, is refused, or is due while NATS is
+// down is counted as failed; the walk goes on (nothing waits, nothing is
+// retried); a watch no longer run is forgotten.
+func TestFailuresAreCountedNotRetried(t *testing.T) {
+	pub := &fakePublisher{fail: errors.New("nats: slow consumer")}
+	h, ws, m := newTest(t, pub, config.Source{Name: "a", HeartbeatInterval: every(time.Second)})
+	h.last = t0
+	*ws = append(*ws, &fakeWatch{key: "a", src: &h.o.Config.Sources[0], running: true})
+	h.Tick(t0.Add(time.Second))
+	pub.fail, pub.nack = nil, errors.New("nats: timeout")
+	h.Tick(t0.Add(2 * time.Second))
+	h.Tick(t0.Add(3 * time.Second)) // reaps the refused one, sends another
+	down := make(chan struct{})
+	h.o.Connected = func() <-chan struct{} { return down }
+	h.Tick(t0.Add(4 * time.Second))
+	if got := testutil.ToFloat64(m.Heartbeats.WithLabelValues("a", ResultFailed)); got != 4 {
+		t.Errorf("failed counted %v, want 4 (a send error, two refused, one while disconnected)", got)
+	}
+	if len(pub.sent) != 2 {
+		t.Errorf("%d publishes, want 2: none is retried", len(pub.sent))
+	}
+	*ws = nil
+	h.Tick(t0.Add(5 * time.Second))
+	if len(h.states) != 0 {
+		t.Errorf("%d watch states kept after the watches stopped", len(h.states))
+	}
+}
+
+// BenchmarkTick10k is one tick of the walk over 10,000 running watches
+// with the default 1m interval (about 167 heartbeats due per tick, each
+// encoded and handed to a publisher that acknowledges at once): the CPU
+// and allocations of one second of heartbeats at that scale.
+func BenchmarkTick10k(b *testing.B) {
+	pub := &fakePublisher{}
+	h, ws, _ := newTest(b, pub, config.Source{Name: "deployments"})
+	src := &h.o.Config.Sources[0]
+	for i := range 10000 {
+		*ws = append(*ws, &fakeWatch{key: fmt.Sprintf("deployments.ns-%d", i), ns: fmt.Sprintf("ns-%d", i), src: src, running: true,
+			beat: watch.Beat{ResourceVersion: "123456789", Epoch: 3, LastRead: t0, Progress: sink.Progress{StreamSeq: 987654321, Done: 7}}})
+	}
+	h.last = t0
+	now := t0
+	for range 120 { // warm up: every watch's state exists
+		now = now.Add(time.Second)
+		h.Tick(now)
+	}
+	sent := len(pub.sent)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		now = now.Add(time.Second)
+		h.Tick(now)
+		if len(pub.sent) > 1<<16 {
+			pub.sent = pub.sent[:0]
+		}
+	}
+	b.StopTimer()
+	if len(pub.sent) < sent {
+		sent = 0
+	}
+	b.ReportMetric(float64(len(pub.sent)-sent)/float64(b.N), "heartbeats/tick")
+}
