@@ -80,7 +80,7 @@ type Heartbeats struct {
 	o         Options
 	encoders  map[string]*event.Encoder // by source, for those with heartbeats
 	intervals map[string]time.Duration
-	states    map[Watch]state
+	states    map[Watch]*state // one allocation per watch, then lookups only
 	gen       uint32
 	last      time.Time // the previous tick
 	due       []due     // this tick's heartbeats (reused)
@@ -116,7 +116,7 @@ func New(o Options) *Heartbeats {
 	if o.Tick <= 0 {
 		o.Tick = DefaultTick
 	}
-	h := &Heartbeats{o: o, encoders: map[string]*event.Encoder{}, intervals: map[string]time.Duration{}, states: map[Watch]state{},
+	h := &Heartbeats{o: o, encoders: map[string]*event.Encoder{}, intervals: map[string]time.Duration{}, states: map[Watch]*state{},
 		failures: retry.NewFailures(o.Logger, "heartbeats not published; the watches are not affected", retry.AtLevel(zap.WarnLevel))}
 	cfg := o.Config
 	for i := range cfg.Sources {
@@ -184,9 +184,10 @@ func (h *Heartbeats) visit(w Watch, now time.Time) {
 	if iv <= 0 {
 		return
 	}
-	st, ok := h.states[w]
-	if !ok {
-		st.phase = Phase(w.Key(), iv)
+	st := h.states[w]
+	if st == nil {
+		st = &state{phase: Phase(w.Key(), iv)}
+		h.states[w] = st
 	}
 	st.mark = h.gen
 	if Slot(now, st.phase, iv) != Slot(h.last, st.phase, iv) {
@@ -199,7 +200,6 @@ func (h *Heartbeats) visit(w Watch, now time.Time) {
 			st.seen = false
 		}
 	}
-	h.states[w] = st
 }
 
 // Phase is where in interval the heartbeats of the watch with checkpoint

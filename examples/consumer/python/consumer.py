@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 from urllib.parse import quote, unquote
 
 import nats
@@ -25,9 +26,11 @@ FOLLOWS = [{"source": "deploys", "group": "apps", "version": "v1", "resource": "
 BACKOFF, MAX_DELIVER = [30, 60, 120, 300, 600], 20  # seconds; as in consumer.json
 TYPES = {PREFIX + ".object." + t for t in ("added", "modified", "deleted")}
 MARKERS = {PREFIX + ".source.sync." + p for p in ("started", "completed")}
+HEARTBEAT = PREFIX + ".source.heartbeat"
 
 view = {}  # (source, uid) -> {"rv": int, "deleted": bool, "namespace": str, "object": dict}
 position = {"stream_seq": 0}  # the last stream sequence acknowledged
+beats = {}  # (source, namespace) -> [when the newest heartbeat was read, its interval (s), missing logged]
 
 
 def load():
@@ -65,7 +68,7 @@ def check(msg, ev):
     src = ev.get("relaydsource", "")
     if ev.get("k8scluster") != CLUSTER or ev.get("source") != "/relayd/%s/%s" % (CLUSTER, src):
         raise Unusable("not relayd's for cluster %s: %r" % (CLUSTER, ev.get("source")))
-    if ev.get("type") not in TYPES | MARKERS:
+    if ev.get("type") not in TYPES | MARKERS | {HEARTBEAT}:
         raise Unusable("type %r" % ev.get("type"))
     msg_id = (msg.headers or {}).get("Nats-Msg-Id", "")
     if msg_id not in ("%s.%s/%s/%s" % (PREFIX, CLUSTER, src, ev.get("id")), "%s/%s" % (src, ev.get("id"))):
@@ -133,6 +136,23 @@ def on_marker(ev):
     reconcile(src, d)
 
 
+def on_heartbeat(ev):
+    """A watch of relayd is alive (docs/CONSUMING.md, "Heartbeats")."""
+    key = (ev["relaydsource"], ev.get("k8snamespace", ""))
+    if beats.get(key, [0, 0, False])[2]:
+        print("heartbeat resumed: source %r namespace %r" % key)
+    beats[key] = [time.time(), float(ev["data"]["intervalSeconds"]), False]
+
+
+def check_heartbeats():
+    """Called when caught up: log a watch whose heartbeat is 2 intervals overdue."""
+    now = time.time()
+    for key, b in beats.items():
+        if not b[2] and now - b[0] > 2 * b[1]:
+            b[2] = True
+            print("heartbeat missing: source %r namespace %r: relayd absent, or the watch down or stalled" % key)
+
+
 async def check_retention(js):
     """Bootstrapping: messages this consumer never read left the stream: LIST.
 
@@ -160,7 +180,9 @@ async def handle(msg):
         await msg.term()
         return
     try:
-        if ev["type"] in MARKERS:
+        if ev["type"] == HEARTBEAT:
+            on_heartbeat(ev)
+        elif ev["type"] in MARKERS:
             on_marker(ev)
         else:
             print(apply(ev), repr(ev.get("k8snamespace", "")), repr(ev["k8sname"]), ev["k8sresourceversion"])
@@ -186,6 +208,7 @@ async def main():
         try:
             msgs = await sub.fetch(64, timeout=5)
         except FetchTimeout:
+            check_heartbeats()
             continue
         for msg in msgs:
             await handle(msg)
