@@ -146,6 +146,16 @@ func testHeartbeats(t *testing.T, mode string) {
 	if rv := f.checkpointRV(); rv != cmBefore {
 		t.Errorf("the checkpoint ConfigMap was written while idle (resourceVersion %s -> %s)", cmBefore, rv)
 	}
+	// Every heartbeat carried a position the checkpoint held: none is
+	// ahead of what it holds now (progress not written, such as the
+	// bookmark-like progress past relayd's own checkpoint writes, which is
+	// persisted only every 2 minutes, is not the checkpoint's).
+	held := f.checkpoints()[key].ResourceVersion
+	for _, b := range heartbeats(t, f, f.stored()) {
+		if b.Env.RelaydSource == "cms" && b.d.ResourceVersion != "" && rvNum(t, b.d.ResourceVersion) > rvNum(t, held) {
+			t.Errorf("heartbeat %d carries resourceVersion %s; the checkpoint holds %s", b.Seq, b.d.ResourceVersion, held)
+		}
+	}
 
 	// A second change: lastReadTime moves.
 	cm = f.updateCM(cm, "k", "2")
