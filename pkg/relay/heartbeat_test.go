@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/relayd/relayd/pkg/checkpoint"
@@ -240,4 +241,76 @@ func (f *fixture) waitBeatOf(source, ns string, check func(beat) error) beat {
 		return check(got)
 	})
 	return got
+}
+
+// With sharding, only the replica that runs a source publishes its
+// heartbeats: two replicas, one source each; while they keep their
+// sources, each one's relayd_heartbeats_total grows for its own source
+// only.
+func TestHeartbeatsComeFromTheSourcesReplica(t *testing.T) {
+	alongside(t)
+	f := newFixture(t, env, natsSrv, `
+  - name: s0
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    labelSelector: shard=s0
+  - name: s1
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    labelSelector: shard=s1`)
+	f.cfgYAML = strings.Replace(f.cfgYAML, "heartbeatInterval: 0\nsources:", "heartbeatInterval: 1s\nsources:", 1) + `
+sharding:
+  enabled: true
+  leaseDuration: 4s
+  renewDeadline: 3s
+  retryPeriod: 300ms
+`
+	leases := f.cs.CoordinationV1().Leases(f.ns)
+	for _, name := range []string{"relayd-s0", "relayd-s1"} {
+		if _, err := leases.Create(t.Context(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := []*running{f.startAs("r0", nil, false), f.startAs("r1", nil, false)}
+	leader := map[string]int{} // source -> index in rs
+	published := func(r *running, src string) float64 {
+		return metricValue(t, r.reg, "relayd_heartbeats_total", map[string]string{"source": src, "result": "published"})
+	}
+	f.eventually(60*time.Second, "one source per replica", func() error {
+		clear(leader)
+		for i, r := range rs {
+			for _, src := range []string{"s0", "s1"} {
+				if metricValue(t, r.reg, "relayd_source_leader", map[string]string{"source": src}) == 1 {
+					leader[src] = i
+				}
+			}
+		}
+		if len(leader) != 2 || leader["s0"] == leader["s1"] {
+			return fmt.Errorf("leaders %v", leader)
+		}
+		return nil
+	})
+	before := map[string][2]float64{}
+	for _, src := range []string{"s0", "s1"} {
+		before[src] = [2]float64{published(rs[0], src), published(rs[1], src)}
+	}
+	f.eventually(30*time.Second, "3 heartbeats of each source", func() error {
+		for src, i := range leader {
+			if d := published(rs[i], src) - before[src][i]; d < 3 {
+				return fmt.Errorf("%s: %v heartbeats from its replica", src, d)
+			}
+		}
+		return nil
+	})
+	for src, i := range leader {
+		if metricValue(t, rs[i].reg, "relayd_source_leader", map[string]string{"source": src}) != 1 {
+			t.Fatalf("%s changed replica during the test", src)
+		}
+		other := 1 - i
+		if d := published(rs[other], src) - before[src][other]; d != 0 {
+			t.Errorf("replica r%d, which does not run %s, published %v heartbeats of it", other, src, d)
+		}
+	}
 }
