@@ -254,6 +254,9 @@ nats:
 checkpoint:
   namespace: relayd
   name: relayd-checkpoint
+# Off: the runs count the stream's messages and measure the event path;
+# the heartbeats' cost is measured apart (docs/PERFORMANCE.md, "Heartbeats").
+heartbeatInterval: 0
 %s
 sources:
 %s`, cluster, h.natsURL, stream, extra, sources)
