@@ -65,9 +65,12 @@ func LeakOptions() []goleak.Option {
 		// An embedded nats-server schedules a stream source's consumer
 		// setup on a timer (time.AfterFunc) that Shutdown does not stop;
 		// fired after the server stopped, it outlives the test for a
-		// moment (seen about once in seven runs of pkg/index). It is the
-		// test's server's goroutine, never relayd's.
+		// moment (seen about once in seven runs of pkg/index), as does the
+		// goroutine that setup starts to wait for the consumer's creation
+		// (its func3, waiting up to the server's source consumer timeout).
+		// Both are the test's server's goroutines, never relayd's.
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*stream).trySetupSourceConsumer"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*stream).trySetupSourceConsumer.func3"),
 	}
 }
 
