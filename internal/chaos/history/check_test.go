@@ -331,6 +331,24 @@ func TestCheckpointAheadIsCaught(t *testing.T) {
 	}
 }
 
+// A sample whose stream info is behind what JetStream had stored when the
+// checkpoint was read (a stream leader just elected after a quorum loss
+// answers with the state it has applied) is judged by the stored times: a
+// checkpoint at a change stored before the read is not ahead; one at a
+// change stored after it still is.
+func TestCheckpointJudgedByStoredTimesWhenTheStreamInfoLags(t *testing.T) {
+	s := clean()
+	s.h.Samples = []Sample{
+		{Source: "cms", Read: stored(4), CheckpointRV: s.h.Reference[3].RV, StreamLastSeq: 2},
+		{Source: "cms", Read: stored(4).Add(-time.Millisecond), CheckpointRV: s.h.Reference[3].RV, StreamLastSeq: 2},
+	}
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"checkpoint-ahead": 1})
+	if f := r.Failures[0]; !strings.Contains(f.Detail, "with the stream at seq 2") {
+		t.Errorf("finding %v, want the second sample's", f)
+	}
+}
+
 func TestCheckpointAheadOfAResyncIsCaught(t *testing.T) {
 	s, _ := gapRun(true, true)
 	var started, completed uint64
