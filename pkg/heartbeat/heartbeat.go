@@ -131,7 +131,6 @@ func New(o Options) *Heartbeats {
 			continue
 		}
 		h.encoders[src.Name], h.intervals[src.Name] = enc, iv
-		o.Metrics.InitSource(src.Name)
 	}
 	return h
 }

@@ -131,6 +131,7 @@ func (m *Metrics) InitSource(source string) {
 	m.Watch.InitSource(source)
 	m.Index.InitSource(source)
 	m.Checkpoint.InitSource(source)
+	m.Heartbeat.InitSource(source)
 	m.SourceUp.WithLabelValues(source)
 	m.SourceLeader.WithLabelValues(source)
 }
