@@ -736,15 +736,20 @@ func (e *Encoder) Control(s SyncEvent) Message {
 		ns = EmptyToken
 	}
 	id := "sync/" + ns + "/" + strconv.FormatUint(s.Epoch, 10) + "/" + phase
-	msgID := e.msgIDPrefix + id
 	ts := s.Time
 	if ts.IsZero() {
 		ts = time.Now()
 	}
 
-	d := syncData(&s)
-	typ := e.ctlTypes[b2i(s.Completed)]
-	subject := e.ctlSubjects[b2i(s.Completed)]
+	return e.controlMessage(e.ctlSubjects[b2i(s.Completed)], e.ctlTypes[b2i(s.Completed)], id, ts, s.Namespace, s.Epoch, syncData(&s))
+}
+
+// controlMessage is a control event (a sync marker, a heartbeat) with the
+// given subject, type, CloudEvents id, time, namespace (omitted when
+// empty), epoch and JSON data, in the Encoder's content mode.
+func (e *Encoder) controlMessage(subject, typ, id string, ts time.Time, namespace string, epoch uint64, data []byte) Message {
+	msgID := e.msgIDPrefix + id
+	stamp := ts.UTC().Format(TimeLayout)
 	if e.opts.Binary {
 		hb := newHeaderBuilder(12)
 		hb.ce(HeaderPrefix+"specversion", SpecVersion)
@@ -752,22 +757,21 @@ func (e *Encoder) Control(s SyncEvent) Message {
 		hb.ce(HeaderPrefix+"source", e.ceSource)
 		hb.ce(HeaderPrefix+"type", typ)
 		hb.ce(HeaderPrefix+"subject", e.ctlSubject)
-		hb.ce(HeaderPrefix+"time", string(ts.UTC().AppendFormat(make([]byte, 0, 32), TimeLayout)))
+		hb.ce(HeaderPrefix+"time", stamp)
 		hb.ce(HeaderPrefix+"k8scluster", e.opts.Cluster)
-		if s.Namespace != "" {
-			hb.ce(HeaderPrefix+"k8snamespace", s.Namespace)
+		if namespace != "" {
+			hb.ce(HeaderPrefix+"k8snamespace", namespace)
 		}
 		hb.ce(HeaderPrefix+"relaydsource", e.opts.Source)
-		hb.ce(HeaderPrefix+"relaydepoch", strconv.FormatUint(s.Epoch, 10))
+		hb.ce(HeaderPrefix+"relaydepoch", strconv.FormatUint(epoch, 10))
 		hb.add(HeaderContentType, ContentTypeJSON)
 		hb.add(HeaderMsgID, msgID)
-		return Message{Subject: subject, MsgID: msgID, Header: hb.h, Data: d}
+		return Message{Subject: subject, MsgID: msgID, Header: hb.h, Data: data}
 	}
-
 	b := marshalJSON(controlEnvelope{
 		SpecVersion: SpecVersion, ID: id, Source: e.ceSource, Type: typ, Subject: e.ctlSubject,
-		Time: ts.UTC().Format(TimeLayout), DataContentType: ContentTypeJSON, Cluster: e.opts.Cluster,
-		Namespace: s.Namespace, RelaydSource: e.opts.Source, Epoch: s.Epoch, Data: d,
+		Time: stamp, DataContentType: ContentTypeJSON, Cluster: e.opts.Cluster,
+		Namespace: namespace, RelaydSource: e.opts.Source, Epoch: epoch, Data: data,
 	})
 	vals := []string{ContentTypeCloudEvents, msgID}
 	return Message{

@@ -71,44 +71,12 @@ func (e *Encoder) Heartbeat(h HeartbeatEvent) Message {
 		ns = EmptyToken
 	}
 	id := "heartbeat/" + ns + "/" + strconv.FormatInt(ts.UnixNano(), 10)
-	msgID := e.msgIDPrefix + id
 	d := heartbeatDataJSON{Namespace: h.Namespace, Epoch: h.Epoch, ResourceVersion: h.ResourceVersion,
 		StreamSeq: h.StreamSeq, IntervalSeconds: h.Interval.Seconds()}
 	if !h.LastRead.IsZero() {
 		d.LastReadTime = h.LastRead.UTC().Format(TimeLayout)
 	}
-	data := marshalJSON(d)
-	typ, subject := e.opts.Prefix+".source."+HeartbeatToken, e.HeartbeatSubject()
-	stamp := ts.UTC().Format(TimeLayout)
-	if e.opts.Binary {
-		hb := newHeaderBuilder(12)
-		hb.ce(HeaderPrefix+"specversion", SpecVersion)
-		hb.ce(HeaderPrefix+"id", id)
-		hb.ce(HeaderPrefix+"source", e.ceSource)
-		hb.ce(HeaderPrefix+"type", typ)
-		hb.ce(HeaderPrefix+"subject", e.ctlSubject)
-		hb.ce(HeaderPrefix+"time", stamp)
-		hb.ce(HeaderPrefix+"k8scluster", e.opts.Cluster)
-		if h.Namespace != "" {
-			hb.ce(HeaderPrefix+"k8snamespace", h.Namespace)
-		}
-		hb.ce(HeaderPrefix+"relaydsource", e.opts.Source)
-		hb.ce(HeaderPrefix+"relaydepoch", strconv.FormatUint(h.Epoch, 10))
-		hb.add(HeaderContentType, ContentTypeJSON)
-		hb.add(HeaderMsgID, msgID)
-		return Message{Subject: subject, MsgID: msgID, Header: hb.h, Data: data}
-	}
-	b := marshalJSON(controlEnvelope{
-		SpecVersion: SpecVersion, ID: id, Source: e.ceSource, Type: typ, Subject: e.ctlSubject,
-		Time: stamp, DataContentType: ContentTypeJSON, Cluster: e.opts.Cluster,
-		Namespace: h.Namespace, RelaydSource: e.opts.Source, Epoch: h.Epoch, Data: data,
-	})
-	vals := []string{ContentTypeCloudEvents, msgID}
-	return Message{
-		Subject: subject, MsgID: msgID,
-		Header: map[string][]string{HeaderContentType: vals[0:1:1], HeaderMsgID: vals[1:2:2]},
-		Data:   b,
-	}
+	return e.controlMessage(e.HeartbeatSubject(), e.opts.Prefix+".source."+HeartbeatToken, id, ts, h.Namespace, h.Epoch, marshalJSON(d))
 }
 
 // ControlParts is a control subject taken apart by ParseControlSubject.
