@@ -510,17 +510,19 @@ func TestCheckpointLostBeforeTheFirstObject(t *testing.T) {
 	}
 }
 
-// A source with initial: none checkpoints the resourceVersion it starts
-// from before any change comes, so a restart resumes from it: a change made
-// while relayd was down is relayed as a watch event, without a relist.
-func TestStartFromNowResumesAfterARestart(t *testing.T) {
+// startedFromNow runs relayd once with a source of initial: none (after
+// before, if any), until the watch's checkpoint exists, and stops it. It
+// returns the fixture and the watch's checkpoint key.
+func startedFromNow(t *testing.T, before func(*fixture)) (*fixture, string) {
 	f := newFixture(t, env, natsSrv, `
   - name: cms
     apiVersion: v1
     kind: ConfigMap
     initial: none
     namespaces: [$NS]`)
-	f.createCM("before", nil, nil)
+	if before != nil {
+		before(f)
+	}
 	r := f.start(nil, true)
 	key := "cms." + f.ns
 	f.eventually(10*time.Second, "checkpoint", func() error {
@@ -530,9 +532,16 @@ func TestStartFromNowResumesAfterARestart(t *testing.T) {
 		return nil
 	})
 	r.stop(t)
+	return f, key
+}
 
+// A source with initial: none checkpoints the resourceVersion it starts
+// from before any change comes, so a restart resumes from it: a change made
+// while relayd was down is relayed as a watch event, without a relist.
+func TestStartFromNowResumesAfterARestart(t *testing.T) {
+	f, _ := startedFromNow(t, func(f *fixture) { f.createCM("before", nil, nil) })
 	a := f.createCM("a", nil, nil)
-	r = f.start(nil, true)
+	r := f.start(nil, true)
 	ms := f.waitStored(20*time.Second, isEvent("added", "a", a.ResourceVersion))
 	want := "added a@" + a.ResourceVersion + " watch"
 	if got := objectEvents(ms, "cms", 0); strings.Join(got, "\n") != want {
@@ -552,28 +561,14 @@ func TestStartFromNowResumesAfterARestart(t *testing.T) {
 // (no-checkpoint): relayd recorded in the bucket that it watched. (It used
 // to start from now again: the change was lost without a marker.)
 func TestCheckpointLostAfterAStartFromNow(t *testing.T) {
-	f := newFixture(t, env, natsSrv, `
-  - name: cms
-    apiVersion: v1
-    kind: ConfigMap
-    initial: none
-    namespaces: [$NS]`)
-	r := f.start(nil, true)
-	key := "cms." + f.ns
-	f.eventually(10*time.Second, "checkpoint", func() error {
-		if _, ok := f.checkpoints()[key]; !ok {
-			return fmt.Errorf("no checkpoint yet")
-		}
-		return nil
-	})
-	r.stop(t)
+	f, key := startedFromNow(t, nil)
 	if n := len(f.stored()); n != 0 {
 		t.Fatalf("%d messages stored by a start from now with nothing to relay", n)
 	}
 
 	f.editCheckpoint(func(data map[string]string) { delete(data, key) })
 	a := f.createCM("a", nil, nil)
-	r = f.start(nil, true)
+	r := f.start(nil, true)
 	ms := f.waitStored(20*time.Second, isSync("completed"))
 	started := markers(ms, "cms", "started", 0)
 	if len(started) != 1 {
