@@ -191,6 +191,9 @@ func (c *Checker) listAt(ctx context.Context, r watch.Relisted) ([]listedObject,
 			if c.o.Self.IsSelf(r.Resource, &o.Meta) {
 				continue
 			}
+			if in, _ := r.Scope.In(raw); !in {
+				continue // the index holds the filter's scope only
+			}
 			l := listedObject{meta: o.Meta}
 			if r.Fingerprinter != nil {
 				l.fingerprint = r.Fingerprinter.Fingerprint(&o)

@@ -71,6 +71,12 @@ type Position struct {
 	// published after this position (0: unknown): at start relayd reads the
 	// stream from there to bring its object index up to date.
 	StreamSeq uint64 `json:"streamSeq,omitempty"`
+	// FilterHash identifies the source's filter and filterOnError the
+	// object index held the scope of at this position ("": no filter):
+	// a start under another filter relists (reason config-changed).
+	// Absent in checkpoints of unfiltered sources and of relayds from
+	// before filters.
+	FilterHash string `json:"filterHash,omitempty"`
 }
 
 // Options configures a [Store]. Client, Namespace, Name and Logger are

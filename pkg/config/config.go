@@ -354,9 +354,10 @@ type Source struct {
 	// Initial selects what happens when there is no checkpoint.
 	Initial Initial `yaml:"initial"`
 	// Filter is a CEL expression over the variable object that the
-	// object must satisfy to be published. Planned: it is compiled and
-	// checked, and a config that sets it is refused, as the running relay
-	// does not apply filters yet (docs/CONFIGURATION.md, "filter").
+	// object must satisfy to be published; objects that start or stop
+	// satisfying it are published as entering or leaving scope
+	// (docs/CONFIGURATION.md, "filter"; docs/CONSUMING.md, "Filters:
+	// entering and leaving scope").
 	Filter string `yaml:"filter"`
 	// FilterOnError says what an evaluation error of Filter means: the
 	// object is in scope (include, the default) or not (exclude).

@@ -110,7 +110,7 @@ bad-filter.yaml:30: sources[4].filter: invalid expression at column 28: undeclar
 bad-filter-cost.yaml:17: sources[1].filterOnError: "skip" is not a valid value (must be include or exclude)
 bad-filter-cost.yaml:21: sources[2].filterOnError: has no effect without filter`,
 
-		"bad-filter-not-applied.yaml": `bad-filter-not-applied.yaml:10: sources[0].filter: filters are not yet supported by the running relay (the expression compiles and passes the checks; see docs/CONFIGURATION.md, "filter"): remove the key`,
+		"good-filter.yaml": "",
 
 		"bad-initial.yaml": `bad-initial.yaml:10: sources[0].initial: "all" is not a valid initial mode (must be snapshot or none)`,
 

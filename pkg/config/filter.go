@@ -29,17 +29,12 @@ var filterOnErrors = []FilterOnError{FilterOnErrorInclude, FilterOnErrorExclude}
 // JSONSchema describes a FilterOnError: one of filterOnErrors.
 func (FilterOnError) JSONSchema() *JSONSchema { return enumSchema(filterOnErrors) }
 
-// ErrFilterNotApplied is the message of a source that sets a filter that
-// compiles: filters are checked, but the running relay does not apply them
-// yet, and a config that looks filtered while it is not must not run.
-const ErrFilterNotApplied = "filters are not yet supported by the running relay (the expression compiles and passes the checks; see docs/CONFIGURATION.md, \"filter\"): remove the key"
-
 // exprPos is a 1-based line and column inside a filter expression.
 type exprPos struct{ line, col int }
 
 // filter compiles the filter of source p (pkg/filter), reporting each
-// compile issue at its place in the expression, an over-cost expression,
-// and then, as filters are not applied yet, ErrFilterNotApplied.
+// compile issue at its place in the expression and an over-cost
+// expression.
 func (v *validator) filter(p string, s *Source) {
 	fp := p + ".filter"
 	if s.FilterOnError != "" && !slices.Contains(filterOnErrors, s.FilterOnError) {
@@ -64,8 +59,6 @@ func (v *validator) filter(p string, s *Source) {
 		v.add(fp, "refused: %v", cost)
 	case err != nil:
 		v.add(fp, "%v", err)
-	default:
-		v.add(fp, "%s", ErrFilterNotApplied)
 	}
 }
 

@@ -204,7 +204,6 @@ var schemaCannot = map[string]string{
 	"bad-field-selector.yaml":            "the syntax of a field selector",
 	"bad-label-selector.yaml":            "the syntax of a label selector",
 	"bad-filter.yaml":                    "the syntax and types of a CEL expression",
-	"bad-filter-not-applied.yaml":        "a planned key, refused by Parse until the relay applies it",
 	"bad-secret-ignore-changes.yaml":     "a rule between keys (Secrets and allowSecretData)",
 	"bad-changed-paths.yaml":             "the path syntax, and a rule between keys (Secrets and allowSecretData)",
 	"bad-secret-last-applied.yaml":       "a rule between keys (Secrets and allowSecretData)",

@@ -239,6 +239,12 @@ type Change struct {
 	// relaydchanged and relaydchangedunknown. The zero ChangedSet adds
 	// neither.
 	Changed ChangedSet
+	// Scope is the relaydscope extension: ScopeEntered on an added event
+	// of an existing object that started to match the source's filter,
+	// ScopeLeft on a deleted event of one that stopped matching
+	// (docs/CONSUMING.md, "Filters: entering and leaving scope"); "" adds
+	// none.
+	Scope Scope
 }
 
 // Message is one NATS message. Header has the type of nats.Header.
@@ -538,6 +544,9 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 		b = append(b, '"')
 	}
 	b = c.Changed.appendJSON(b)
+	if c.Scope != "" {
+		b = append(append(append(b, `,"relaydscope":"`...), c.Scope...), '"')
+	}
 	if !bare {
 		b = append(b, `,"data":`...)
 		b = append(b, data...)
@@ -636,6 +645,9 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, f 
 		hb.ce(HeaderPrefix+"relayddropped", strings.Join(c.Dropped, ","))
 	}
 	c.Changed.headers(&hb)
+	if c.Scope != "" {
+		hb.ce(HeaderPrefix+"relaydscope", string(c.Scope))
+	}
 	if !bare {
 		hb.add(HeaderContentType, ContentTypeJSON)
 	}

@@ -60,6 +60,11 @@ type Envelope struct {
 	// changed").
 	RelaydChanged        string `json:"relaydchanged"`
 	RelaydChangedUnknown string `json:"relaydchangedunknown"`
+	// RelaydScope is the relaydscope extension: "entered" on an added
+	// event of an object that started to match the source's filter,
+	// "left" on a deleted event of one that stopped matching; "" otherwise
+	// (docs/CONSUMING.md, "Filters: entering and leaving scope").
+	RelaydScope string `json:"relaydscope"`
 
 	Data json.RawMessage `json:"data"`
 }
@@ -193,6 +198,8 @@ func (env *Envelope) setAttr(name, v string) error {
 		env.RelaydChanged = v
 	case "relaydchangedunknown":
 		env.RelaydChangedUnknown = v
+	case "relaydscope":
+		env.RelaydScope = v
 	}
 	return err
 }

@@ -72,10 +72,28 @@ const (
 	// markers carry the request's id (docs/CONSUMING.md, "Resync on
 	// request").
 	RelistRequested RelistReason = "requested"
+	// RelistConfigChanged: a list at start because the source's filter
+	// (or filterOnError) is not the one its checkpoint was written under:
+	// the list publishes the objects that entered the filter (added,
+	// relaydscope entered) and left it (deleted, relaydscope left).
+	RelistConfigChanged RelistReason = "config-changed"
 )
 
 // RelistReasons are all the relist reasons.
-var RelistReasons = []RelistReason{RelistInitial, RelistExpired, RelistNoCheckpoint, RelistIndexLost, RelistRequested}
+var RelistReasons = []RelistReason{RelistInitial, RelistExpired, RelistNoCheckpoint, RelistIndexLost, RelistRequested, RelistConfigChanged}
+
+// Scope is the relaydscope extension of an event (Change.Scope).
+type Scope string
+
+// The scope changes.
+const (
+	// ScopeEntered: an existing object started to match the source's
+	// filter (an added event).
+	ScopeEntered Scope = "entered"
+	// ScopeLeft: an object stopped matching the source's filter (a
+	// deleted event); it still exists.
+	ScopeLeft Scope = "left"
+)
 
 // PayloadMode selects what the data of an event carries.
 type PayloadMode string

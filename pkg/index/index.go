@@ -301,6 +301,13 @@ func (x *Index) Get(uid string) (Object, bool) {
 	return x.object(k, e), true
 }
 
+// Has reports whether an object with uid is indexed, without allocating.
+func (x *Index) Has(uid string) bool {
+	k, _ := keyOf(uid)
+	_, ok := x.m[k]
+	return ok
+}
+
 // Managers returns the Managers of the indexed object with uid (0 when not
 // indexed or not known), without allocating.
 func (x *Index) Managers(uid string) uint64 {

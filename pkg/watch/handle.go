@@ -42,23 +42,32 @@ func (w *Watch) handle(ctx context.Context, it *source.Item) error {
 
 // change is what the object index makes of an object item.
 type change struct {
-	typ      event.Type // what is published (a list item's type comes from the index)
-	publish  bool       // false: nothing is submitted (an unchanged list item)
-	suppress bool       // only ignoreChanges fields changed: the position moves, nothing is published
-	replay   bool       // a version older than the object's last on the stream: the position moves, nothing is published
-	indexed  bool       // the index changed: its bucket entry is written
+	typ      event.Type  // what is published (a list item's type comes from the index)
+	scope    event.Scope // relaydscope: the object entered or left the source's filter
+	publish  bool        // false: nothing is submitted (an unchanged list item)
+	suppress bool        // only ignoreChanges fields changed: the position moves, nothing is published
+	replay   bool        // a version older than the object's last on the stream: the position moves, nothing is published
+	outside  bool        // out of the filter's scope, and was: the position moves, nothing is published
+	indexed  bool        // the index changed: its bucket entry is written
 }
 
 // applyToIndex applies an object item to the index: live changes update it; a
 // list item is compared with it (list frames are all ADDED; the index
-// tells what they are).
+// tells what they are). With a filter, the index holds the objects in
+// its scope only (scope.go).
 func (w *Watch) applyToIndex(it *source.Item, obj index.Object) change {
 	x := w.ix.idx
 	c := change{typ: it.Type, publish: true, indexed: true}
-	if it.Origin == event.OriginWatch {
-		if w.replayed(obj) {
-			return change{typ: it.Type, replay: true}
+	if it.Origin == event.OriginWatch && w.replayed(obj) {
+		return change{typ: it.Type, replay: true}
+	}
+	if w.scope.s != nil {
+		var publish bool
+		if c.typ, c.scope, publish = w.scoped(it, obj.UID); !publish {
+			return w.outOfScope(it)
 		}
+	}
+	if it.Origin == event.OriginWatch {
 		switch {
 		case c.typ == event.Deleted:
 			c.indexed = x.Delete(obj.UID)
@@ -71,6 +80,11 @@ func (w *Watch) applyToIndex(it *source.Item, obj index.Object) change {
 		return c
 	}
 	w.counts.Total++
+	if c.scope == event.ScopeLeft {
+		w.counts.Deleted++
+		c.indexed = x.Delete(obj.UID)
+		return c
+	}
 	switch x.Observe(obj) {
 	case index.Unchanged:
 		w.counts.Unchanged++
@@ -111,7 +125,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	case c.suppress:
 		w.suppressed.Inc()
 		return w.submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
-	case c.replay:
+	case c.replay, c.outside:
 		return w.submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
 	case !c.publish:
 		return nil
@@ -141,7 +155,7 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		Type: c.typ, Origin: it.Origin, Epoch: it.Epoch, Time: it.ReadAt.UTC(),
 		Resource: w.resource, Meta: *meta, Payload: event.PayloadMode(w.o.Source.Payload), Data: data, Dropped: dropped,
 	}
-	ch.Author = author
+	ch.Author, ch.Scope = author, c.scope
 	if c.typ == event.Modified {
 		ch.Changed = changed
 	}
@@ -283,6 +297,7 @@ func (w *Watch) syncStarted(ctx context.Context, it *source.Item) error {
 	w.ix.fences = nil // a list compares with the index instead
 	w.ix.idx.BeginSync()
 	w.counts, w.full = event.SyncCounts{}, it.Sync.Full
+	w.scope.reason = it.Sync.Reason
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "started").Inc()
 	msg := w.control(it.Sync)
 	// The epoch goes into the bucket before sync.started is published (the
@@ -315,6 +330,10 @@ func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
 		return err
 	}
 	it.Sync.Counts = w.counts
+	// The index holds the current filter's scope now: the checkpoint this
+	// sync.completed advances says so (scope.go).
+	w.scope.reason = ""
+	w.scope.setAcked(w.scope.s.Hash())
 	w.o.Metrics.ResyncMarkers.WithLabelValues(w.o.Source.Name, "completed").Inc()
 	msg := w.control(it.Sync)
 	if err := w.submit(ctx, sink.Entry{Msg: &msg, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, ReadAt: it.ReadAt}); err != nil {
@@ -330,7 +349,7 @@ func (w *Watch) syncCompleted(ctx context.Context, it *source.Item) error {
 	}
 	return w.o.AfterRelist.AfterRelist(ctx, Relisted{
 		Watch: w.String(), Source: w.o.Source, Namespace: w.o.Namespace, Resource: w.resource, Shaping: w.o.Shaping,
-		ResourceVersion: it.ResourceVersion, Index: w.ix.idx, IndexPrefix: w.ix.prefix, Fingerprinter: w.fp,
+		ResourceVersion: it.ResourceVersion, Index: w.ix.idx, IndexPrefix: w.ix.prefix, Fingerprinter: w.fp, Scope: w.scope.s,
 		Pipe: w.pipe, Log: w.log,
 	})
 }

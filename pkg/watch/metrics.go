@@ -27,6 +27,7 @@ type Metrics struct {
 	Unencodable      *prometheus.CounterVec // source
 	TrackedObjects   *prometheus.GaugeVec   // source
 	SourcePanics     *prometheus.CounterVec // source
+	FilterErrors     *prometheus.CounterVec // source
 	// Source is given to each watch's source.Watcher; the watch counts its
 	// own restarts (ReasonResolve, ReasonPanic) in its WatchRestarts.
 	Source *source.Metrics
@@ -61,10 +62,13 @@ func NewMetrics(reg prometheus.Registerer, src *source.Metrics, snk *sink.Metric
 		SourcePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relayd_source_panics_total", Help: "Panics recovered in a source goroutine (the source is restarted).",
 		}, s),
+		FilterErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relayd_filter_errors_total", Help: "Evaluations of the source's filter that failed; the object was kept in scope, or left out with filterOnError: exclude.",
+		}, s),
 		Source: src,
 		Sink:   snk,
 	}
-	for _, c := range []prometheus.Collector{m.EventsFiltered, m.EventsSuppressed, m.ResyncMarkers, m.Oversize, m.Unencodable, m.TrackedObjects, m.SourcePanics} {
+	for _, c := range []prometheus.Collector{m.EventsFiltered, m.EventsSuppressed, m.ResyncMarkers, m.Oversize, m.Unencodable, m.TrackedObjects, m.SourcePanics, m.FilterErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -85,6 +89,7 @@ func (m *Metrics) InitSource(source string) {
 	m.Unencodable.WithLabelValues(source)
 	m.TrackedObjects.WithLabelValues(source)
 	m.SourcePanics.WithLabelValues(source)
+	m.FilterErrors.WithLabelValues(source)
 	m.Source.WatchRestarts.WithLabelValues(source, ReasonResolve)
 	m.Source.WatchRestarts.WithLabelValues(source, ReasonPanic)
 	m.Sink.PublishErrors.WithLabelValues(source, "unencodable")

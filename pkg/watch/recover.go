@@ -119,6 +119,7 @@ func (w *Watch) recoverIndex(ctx context.Context, in index.Recovery) (event.Reli
 	if plan.Why != "" && !in.Corrupt { // corrupt entries are logged by loadIndex
 		w.log.Warn(plan.Why, planFields(in.Bucket, pos)...)
 	}
+	plan.Relist = w.scopeChanged(hasCP, pos, plan.Relist)
 	w.ix.seqFloor = plan.SeqFloor
 	if plan.WholeStream {
 		w.log.Info("no stream sequence to catch the object index up from; reading the whole event stream")

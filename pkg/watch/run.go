@@ -105,6 +105,9 @@ func (w *Watch) recovered(p any) error {
 // the resolved resource, the encoder, the watcher, the loaded index.
 func (w *Watch) prepare(ctx context.Context) error {
 	src := w.o.Source
+	if w.scope.err != nil {
+		return w.scope.err
+	}
 	if !w.resolved {
 		res, err := w.o.Resolver.Resolve(src)
 		if err != nil {
@@ -161,8 +164,9 @@ func (w *Watch) watcherOptions() source.Options {
 		// Payload metadata and reference publish nothing else. With
 		// ignoreChanges the whole object is read all the same: a change
 		// anywhere outside the ignored paths (a ConfigMap's data, say)
-		// must still be published, as metadata.
-		MetadataOnly: src.Payload != config.PayloadFull && w.fp == nil && w.paths.fp == nil,
+		// must still be published, as metadata; with a filter, it is
+		// evaluated on the whole object.
+		MetadataOnly: src.Payload != config.PayloadFull && w.fp == nil && w.paths.fp == nil && w.scope.s == nil,
 		Shaping:      w.o.Shaping,
 	}
 }

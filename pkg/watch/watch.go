@@ -159,6 +159,9 @@ type Relisted struct {
 	IndexPrefix string
 	// Fingerprinter is the watch's, with ignoreChanges (nil otherwise).
 	Fingerprinter *event.Fingerprinter
+	// Scope is the source's filter (nil: none): the index holds the
+	// objects in its scope only.
+	Scope *Scope
 	// Pipe is the watch's pipeline: once drained, the bucket holds every
 	// index write the watch made.
 	Pipe Pipe
@@ -216,7 +219,8 @@ type Watch struct {
 	// fp computes the objects' fingerprints (Options.FingerprintKey) when
 	// the source has ignoreChanges, nil otherwise; the Supervise goroutine's.
 	fp         *event.Fingerprinter
-	paths      pathState // the source's changedPaths (changed.go)
+	paths      pathState  // the source's changedPaths (changed.go)
+	scope      scopeState // the source's filter (scope.go)
 	trackedG   prometheus.Gauge
 	filtered   prometheus.Counter
 	suppressed prometheus.Counter
@@ -293,6 +297,7 @@ func New(o Options) *Watch {
 	if o.Shaping.NumChangedPaths() > 0 {
 		w.paths.fp, w.paths.set = event.NewFingerprinter(o.FingerprintKey), o.Shaping.PathSetID(o.FingerprintKey.ID())
 	}
+	w.initScope()
 	w.pipe = o.Pipelines.NewPipe(src.Name, w)
 	w.restarts = retry.NewFailures(w.log, "source stopped; restarting", retry.LogChanges())
 	return w
@@ -334,7 +339,8 @@ func (w *Watch) LastError() string {
 // position with the index generation it matches.
 func (w *Watch) Advance(a sink.Advance) {
 	ref := &index.Ref{Generation: w.ix.gen, Seq: max(a.FollowUpSeq, w.ix.seqFloor)}
-	w.o.Positions.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref, StreamSeq: a.StreamSeq}, a.BookmarkOnly)
+	w.o.Positions.Advance(w.key, checkpoint.Position{ResourceVersion: a.ResourceVersion, Epoch: a.Epoch, Index: ref, StreamSeq: a.StreamSeq,
+		FilterHash: w.scope.ackedHash()}, a.BookmarkOnly)
 }
 
 // Stopped reports that the watch no longer tracks objects (its source
