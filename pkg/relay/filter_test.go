@@ -287,3 +287,68 @@ func filterScopeChanges(t *testing.T, e *testenv.Env, mode string) {
 		t.Errorf("pods: %d relists after a restart with its filter unchanged:\n%s", n, dump(ms))
 	}
 }
+
+// Across kill -9: scope changes acked just before relayd is killed (its
+// checkpoint and index bucket possibly behind) and made while it is down
+// are each stored once, with their relaydscope; the index check of every
+// relist (RELAYD_INDEX_CHECK) and the graceful stop at the end hold.
+func TestFilterScopeAcrossKill9(t *testing.T) {
+	f := newFixture(t, env, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    filter: "has(object.metadata.labels) && 'in' in object.metadata.labels"`)
+	ctx := t.Context()
+	cms := f.cs.CoreV1().ConfigMaps(f.ns)
+	label := func(name string, in bool) {
+		t.Helper()
+		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in {
+			cm.Labels = map[string]string{"in": "1"}
+		} else {
+			cm.Labels = nil
+		}
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := f.binary()
+	p.start()
+	f.eventually(30*time.Second, "first checkpoint", func() error {
+		cm, err := cms.Get(ctx, "cp", metav1.GetOptions{})
+		if err != nil || cm.Data["cms."+f.ns] == "" {
+			return fmt.Errorf("no checkpoint yet (%v)", err)
+		}
+		return nil
+	})
+	f.createCM("a", map[string]string{"in": "1"}, nil)
+	f.createCM("b", nil, nil)
+	f.expectScope("cms", 0, "added a - watch")
+	// Kill as soon as the scope changes are stored.
+	label("a", false)
+	label("b", true)
+	f.expectScope("cms", 0, "added a - watch", "deleted a left watch", "added b entered watch")
+	p.kill()
+	// While down: back in, back out, a new one in, one out.
+	label("a", true)
+	label("b", false)
+	f.createCM("c", map[string]string{"in": "1"}, nil)
+	f.createCM("d", nil, nil)
+	p.start()
+	f.expectScope("cms", 0, "added a - watch", "deleted a left watch", "added b entered watch",
+		"added a entered watch", "deleted b left watch", "added c - watch")
+	label("d", true)
+	ms := f.expectScope("cms", 0, "added a - watch", "deleted a left watch", "added b entered watch",
+		"added a entered watch", "deleted b left watch", "added c - watch", "added d entered watch")
+	p.stop()
+	ids := map[string]int{}
+	for _, m := range ms {
+		if ids[m.MsgID]++; ids[m.MsgID] > 1 {
+			t.Errorf("Nats-Msg-Id %s stored twice", m.MsgID)
+		}
+	}
+}
