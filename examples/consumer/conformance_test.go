@@ -36,7 +36,13 @@ var extensionName = regexp.MustCompile(`^[a-z0-9]{1,20}$`)
 //   - extension names keep to the spec's 20 characters;
 //   - its structured form validates against docs/event.schema.json;
 //   - a full payload never carries the source's drop path (data["secret"]).
-func checkStreams(t *testing.T, js jetstream.JetStream, lanes []*lane) {
+//
+// Each kind of message named in kinds (default: those the contract
+// describes) must be among them.
+func checkStreams(t *testing.T, js jetstream.JetStream, lanes []*lane, kinds ...string) {
+	if len(kinds) == 0 {
+		kinds = []string{"added", "modified", "deleted", "sync.started", "sync.completed", "origin=initial", "origin=watch", "origin=resync", "relaydfinalunknown", "relayddropped", "k8smanager", "relaydchanged", "heartbeat"}
+	}
 	t.Helper()
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
@@ -64,7 +70,7 @@ func checkStreams(t *testing.T, js jetstream.JetStream, lanes []*lane) {
 			}
 		}
 		// Each kind of message the contract describes was checked.
-		for _, k := range []string{"added", "modified", "deleted", "sync.started", "sync.completed", "origin=initial", "origin=watch", "origin=resync", "relaydfinalunknown", "relayddropped", "k8smanager", "relaydchanged", "heartbeat"} {
+		for _, k := range kinds {
 			if seen[k] == 0 {
 				t.Errorf("%s: no %s message on the stream to check (%v)", l.mode, k, seen)
 			}
@@ -124,6 +130,7 @@ func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetst
 		"relaydpayload": env.RelaydPayload, "relayddropped": env.RelaydDropped,
 		"k8smanager": env.K8sManager, "k8soperation": env.K8sOperation, "k8ssubresource": env.K8sSubresource,
 		"relaydchanged": env.RelaydChanged, "relaydchangedunknown": env.RelaydChangedUnknown,
+		"relaydscope": env.RelaydScope,
 	}
 	if env.RelaydOversize {
 		want["relaydoversize"] = "true"
@@ -211,6 +218,9 @@ func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetst
 	}
 	if env.RelaydUnencodable {
 		kinds = append(kinds, "relaydunencodable")
+	}
+	if env.RelaydScope != "" {
+		kinds = append(kinds, env.Type[strings.LastIndexByte(env.Type, '.')+1:]+" relaydscope="+env.RelaydScope)
 	}
 	if env.RelaydPayload == "full" {
 		var obj struct {

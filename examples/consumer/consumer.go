@@ -454,6 +454,13 @@ func handle(ctx context.Context, o Options, m jetstream.Msg, dog *Watchdog) erro
 		if err != nil {
 			return err
 		}
+		if env.RelaydScope != "" {
+			// A filtered source: a scope-left delete removes the object
+			// from the view like a delete (the object still exists, out
+			// of the filter); a scope-entered add adds it.
+			o.Log.Debug("object "+env.RelaydScope+" the source's filter", "source", env.RelaydSource,
+				"namespace", env.K8sNamespace, "name", env.K8sName, "type", env.Type, "seq", seq)
+		}
 	}
 	if o.Applied != nil {
 		o.Applied(a)
