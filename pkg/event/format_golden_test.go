@@ -211,7 +211,23 @@ func goldenEvents() []goldenEvent {
 	webFullEnv := webEnv
 	webFullEnv.ID, webFullEnv.RelaydOrigin, webFullEnv.RelaydEpoch = webUID+"/48213/full/4", "resync", 4
 
+	// Scope: the object left the source's filter (a deleted event with
+	// its current data, relaydscope left), and one entered it (an added
+	// event, relaydscope entered).
+	webScope := func(typ event.Type, s event.Scope) *event.Change {
+		c := web()
+		c.Dropped, c.Type, c.Scope = nil, typ, s
+		return c
+	}
+	leftEnv, enteredEnv := webEnv, webEnv
+	leftEnv.RelaydDropped, leftEnv.Type, leftEnv.RelaydScope, leftEnv.ID = "", "k8s.object.deleted", "left", webUID+"/48213/deleted"
+	enteredEnv.RelaydDropped, enteredEnv.Type, enteredEnv.RelaydScope, enteredEnv.ID = "", "k8s.object.added", "entered", webUID+"/48213"
+
 	return []goldenEvent{
+		{afterLegacy: true, file: "structured-deleted-scope-left.msg", opts: structured, change: webScope(event.Deleted, event.ScopeLeft), want: leftEnv},
+		{afterLegacy: true, file: "binary-deleted-scope-left.msg", opts: binary, change: webScope(event.Deleted, event.ScopeLeft), want: leftEnv},
+		{afterLegacy: true, file: "structured-added-scope-entered.msg", opts: structured, change: webScope(event.Added, event.ScopeEntered), want: enteredEnv},
+		{afterLegacy: true, file: "binary-added-scope-entered.msg", opts: binary, change: webScope(event.Added, event.ScopeEntered), want: enteredEnv},
 		{file: "structured-modified-changed.msg", opts: structured, change: webChanged(), want: changedEnv},
 		{file: "binary-modified-changed.msg", opts: binary, change: webChanged(), want: changedEnv},
 		{afterLegacy: true, file: "structured-sync-completed-requested.msg", opts: structured, sync: requested, want: requestedEnv},
