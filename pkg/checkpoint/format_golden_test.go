@@ -58,6 +58,9 @@ var goldenUpdated = time.Date(2026, 11, 23, 10, 15, 2, 123456789, time.UTC)
 var goldenPositions = []goldenPosition{
 	{"position-v1.json", "deploys", Position{ResourceVersion: "48213", Epoch: 2, Updated: goldenUpdated,
 		Index: &index.Ref{Generation: "2026-11-23T09:00:00.5Z", Seq: 812}, StreamSeq: 4410}, true},
+	// A filtered source's: the filter's hash (optional).
+	{"position-v1-filter.json", "pods.edge", Position{ResourceVersion: "48214", Epoch: 3, Updated: goldenUpdated,
+		Index: &index.Ref{Generation: "2026-11-23T09:00:00.5Z", Seq: 813}, StreamSeq: 4411, FilterHash: "5d1c0b2a9e8f7364"}, true},
 	// No index reference and no stream sequence (both optional).
 	{"position-v1-minimal.json", "cms.shop", Position{ResourceVersion: "7", Updated: goldenUpdated}, true},
 	// The first layout.
