@@ -544,17 +544,14 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 		b = append(b, '"')
 	}
 	b = c.Changed.appendJSON(b)
-	if c.Scope != "" {
-		b = append(append(append(b, `,"relaydscope":"`...), c.Scope...), '"')
-	}
+	b = c.Scope.appendJSON(b)
 	if !bare {
 		b = append(b, `,"data":`...)
 		b = append(b, data...)
 	}
 	b = append(b, '}')
 
-	vals := make([]string, 2)
-	vals[0], vals[1] = ContentTypeCloudEvents, ev.msgID
+	vals := []string{ContentTypeCloudEvents, ev.msgID}
 	buf.b = b
 	return Message{
 		Subject: ev.subject,
@@ -645,9 +642,7 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, f 
 		hb.ce(HeaderPrefix+"relayddropped", strings.Join(c.Dropped, ","))
 	}
 	c.Changed.headers(&hb)
-	if c.Scope != "" {
-		hb.ce(HeaderPrefix+"relaydscope", string(c.Scope))
-	}
+	c.Scope.header(&hb)
 	if !bare {
 		hb.add(HeaderContentType, ContentTypeJSON)
 	}

@@ -147,3 +147,19 @@ type Meta struct {
 	UID             string
 	ResourceVersion string
 }
+
+// appendJSON appends the relaydscope member of a structured event (none
+// for "").
+func (s Scope) appendJSON(b []byte) []byte {
+	if s == "" {
+		return b
+	}
+	return append(append(append(b, `,"relaydscope":"`...), s...), '"')
+}
+
+// header adds the relaydscope header of a binary event (none for "").
+func (s Scope) header(hb *headerBuilder) {
+	if s != "" {
+		hb.ce(HeaderPrefix+"relaydscope", string(s))
+	}
+}
