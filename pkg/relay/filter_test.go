@@ -228,7 +228,8 @@ func filterScopeChanges(t *testing.T, e *testenv.Env, mode string) {
 		t.Fatal(err)
 	}
 	r = f.start(nil, true)
-	ms = f.expectScope("pods", after, "deleted p1 left resync", "added p6 - resync", "deleted p3 - resync")
+	f.expectScope("pods", after, "deleted p1 left resync", "added p6 - resync", "deleted p3 - resync")
+	ms = f.waitStored(30*time.Second, func(m msg) bool { return m.Seq > after && m.Env.RelaydSource == "pods" && isSync("completed")(m) })
 	for _, m := range markers(ms, "pods", "started", after) {
 		if sd := syncOf(t, m); sd.Reason != "expired" {
 			t.Errorf("sync.started reason %q, want expired (the test must reach the relist after a 410)", sd.Reason)
@@ -254,7 +255,8 @@ func filterScopeChanges(t *testing.T, e *testenv.Env, mode string) {
 	}
 	f.cfgYAML = strings.Replace(f.cfgYAML, old, `filter: "has(object.metadata.labels.watch)"`, 1)
 	r = f.start(nil, true)
-	ms = f.expectScope("pods", after, "deleted p2 left resync", "added p7 entered resync")
+	f.expectScope("pods", after, "deleted p2 left resync", "added p7 entered resync")
+	ms = f.waitStored(30*time.Second, func(m msg) bool { return m.Seq > after && m.Env.RelaydSource == "pods" && isSync("completed")(m) })
 	started, completed := markers(ms, "pods", "started", after), markers(ms, "pods", "completed", after)
 	if len(started) != 1 || len(completed) != 1 {
 		t.Fatalf("config-changed relist: %d sync.started, %d sync.completed, want 1 each:\n%s", len(started), len(completed), dump(ms))
@@ -289,9 +291,10 @@ func filterScopeChanges(t *testing.T, e *testenv.Env, mode string) {
 }
 
 // Across kill -9: scope changes acked just before relayd is killed (its
-// checkpoint and index bucket possibly behind) and made while it is down
-// are each stored once, with their relaydscope; the index check of every
-// relist (RELAYD_INDEX_CHECK) and the graceful stop at the end hold.
+// checkpoint and index bucket possibly behind: the replay and the start-up
+// catch-up), or with a current checkpoint (the index bucket alone knows
+// the scope), and changes made while it is down are each stored once,
+// with their relaydscope; the graceful stop at the end holds.
 func TestFilterScopeAcrossKill9(t *testing.T) {
 	f := newFixture(t, env, natsSrv, `
   - name: cms
@@ -341,9 +344,25 @@ func TestFilterScopeAcrossKill9(t *testing.T) {
 	p.start()
 	f.expectScope("cms", 0, "added a - watch", "deleted a left watch", "added b entered watch",
 		"added a entered watch", "deleted b left watch", "added c - watch")
+	// Kill with a current checkpoint: the index bucket alone knows that
+	// a left scope and d entered it.
+	label("a", false)
 	label("d", true)
 	ms := f.expectScope("cms", 0, "added a - watch", "deleted a left watch", "added b entered watch",
-		"added a entered watch", "deleted b left watch", "added c - watch", "added d entered watch")
+		"added a entered watch", "deleted b left watch", "added c - watch", "deleted a left watch", "added d entered watch")
+	f.eventually(30*time.Second, "checkpoint at the last change", func() error {
+		if cp := f.checkpoints()["cms."+f.ns]; rvNum(t, cp.ResourceVersion) < lastRV(t, ms, "cms") {
+			return fmt.Errorf("checkpoint %+v", cp)
+		}
+		return nil
+	})
+	p.kill()
+	label("a", true)
+	label("d", false)
+	p.start()
+	ms = f.expectScope("cms", 0, "added a - watch", "deleted a left watch", "added b entered watch",
+		"added a entered watch", "deleted b left watch", "added c - watch", "deleted a left watch", "added d entered watch",
+		"added a entered watch", "deleted d left watch")
 	p.stop()
 	ids := map[string]int{}
 	for _, m := range ms {
