@@ -248,7 +248,8 @@ func jsonEqual(a, b []byte) bool {
 // pkg/event (pkg/event/testdata/golden, the bytes this version writes) that
 // the relays of the conformance test do not produce: an event sent without
 // data because even its reference exceeded the NATS max payload, and a
-// modified event with relaydchangedunknown (next to relaydchanged). (The other
+// modified event with relaydchangedunknown (next to relaydchanged), and the
+// scope-left delete and scope-entered add (relaydscope). (The other
 // golden events are not all for sdk-go: its HTTP binding does not
 // percent-decode ce-* header values, such as the %22 of a binary
 // relayddropped with quotes.)
@@ -262,8 +263,9 @@ func TestGoldenEventsConform(t *testing.T) {
 	}
 	files, err := filepath.Glob(filepath.Join(root, "pkg", "event", "testdata", "golden", "*-unencodable.msg"))
 	changed, err2 := filepath.Glob(filepath.Join(root, "pkg", "event", "testdata", "golden", "*-changed.msg"))
-	files = append(files, changed...)
-	if err = errors.Join(err, err2); err != nil || len(files) < 4 {
+	scoped, err3 := filepath.Glob(filepath.Join(root, "pkg", "event", "testdata", "golden", "*-scope-*.msg"))
+	files = append(append(files, changed...), scoped...)
+	if err = errors.Join(err, err2, err3); err != nil || len(files) < 8 {
 		t.Fatalf("no golden events (%v)", err)
 	}
 	seen := map[string]int{}
@@ -292,6 +294,9 @@ func TestGoldenEventsConform(t *testing.T) {
 	}
 	if seen["relaydchangedunknown"] != 2 || seen["relaydchanged"] != 2 {
 		t.Errorf("want the structured and the binary golden event with relaydchanged and relaydchangedunknown, saw %v", seen)
+	}
+	if seen["deleted relaydscope=left"] != 2 || seen["added relaydscope=entered"] != 2 {
+		t.Errorf("want the structured and the binary golden events with relaydscope left and entered, saw %v", seen)
 	}
 	if seen["relaydunencodable"] != 2 {
 		t.Errorf("want the structured and the binary golden event without data, saw %v", seen)
