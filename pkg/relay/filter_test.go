@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/pkg/index"
 )
 
 // filterSources: pods in scope when labelled watch=yes or Failed; two
@@ -369,5 +370,82 @@ func TestFilterScopeAcrossKill9(t *testing.T) {
 		if ids[m.MsgID]++; ids[m.MsgID] > 1 {
 			t.Errorf("Nats-Msg-Id %s stored twice", m.MsgID)
 		}
+	}
+}
+
+// The start-up catch-up applies scope changes by their type: a scope-left
+// delete removes the object from the index, a scope-entered add puts it
+// there. The crash state (a kill -9 after both PubAcks and before their
+// index writes) is built by hand as in
+// TestIndexBehindTheStreamIsCaughtUpBeforeARelist: the checkpoint put back
+// before them, a's entry restored, b's purged. While relayd is down b is
+// deleted and the position compacted away: the relist must report b's
+// delete (the catch-up indexed b) and nothing of a, changed meanwhile out
+// of scope (the catch-up removed it; otherwise, listed and out of scope,
+// it would leave scope a second time).
+func TestCatchUpAppliesScopeChanges(t *testing.T) {
+	noCache := testenv.StartT(t, testenv.Options{DisableWatchCache: true})
+	f := newFixture(t, noCache, natsSrv, `
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [$NS]
+    filter: "has(object.metadata.labels) && 'in' in object.metadata.labels"`)
+	ctx := t.Context()
+	key := "cms." + f.ns
+	a := f.createCM("a", map[string]string{"in": "1"}, nil)
+	r := f.start(nil, true)
+	f.waitStored(20*time.Second, isSync("completed"))
+	f.eventually(20*time.Second, "checkpoint with a stream sequence", func() error {
+		if p := f.checkpoints()[key]; p.Index == nil || p.StreamSeq == 0 {
+			return fmt.Errorf("checkpoint %+v", p)
+		}
+		return nil
+	})
+	cp, err := f.cs.CoreV1().ConfigMaps(f.ns).Get(ctx, "cp", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := cp.Data[key]
+	aKey := index.Key(index.Prefix("cms", f.ns), string(a.UID))
+	aEntry, err := f.indexBucket().Get(ctx, aKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b := f.createCM("b", nil, nil)
+	b = f.updateCM(b, "v", "1") // not yet in scope: nothing
+	b.Labels = map[string]string{"in": "1"}
+	if b, err = f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.Labels = nil
+	if a, err = f.cs.CoreV1().ConfigMaps(f.ns).Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.expectScope("cms", 0, "added a - initial", "added b entered watch", "deleted a left watch")
+	r.stop(t)
+
+	f.editCheckpoint(func(data map[string]string) { data[key] = before })
+	if _, err := f.indexBucket().Put(ctx, aKey, aEntry.Value()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.indexBucket().Purge(ctx, index.Key(index.Prefix("cms", f.ns), string(b.UID))); err != nil {
+		t.Fatal(err)
+	}
+	f.deleteCM("b")
+	f.updateCM(a, "v", "2") // still out of scope, at a version no event had
+	if _, err := noCache.CompactNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all := f.stored()
+	after := all[len(all)-1].Seq
+	f.start(nil, true)
+	ms := f.waitStored(30*time.Second, func(m msg) bool { return m.Seq > after && isSync("completed")(m) })
+	if sd := syncOf(t, markers(ms, "cms", "started", after)[0]); sd.Reason != "expired" {
+		t.Errorf("sync.started reason %q, want expired (the test must reach the relist after a 410)", sd.Reason)
+	}
+	if got := scopeEvents(ms, "cms", after); strings.Join(got, "\n") != "deleted b - resync" {
+		t.Errorf("after the relist:\n%s\nwant: deleted b - resync", strings.Join(got, "\n"))
 	}
 }
