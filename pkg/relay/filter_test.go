@@ -283,7 +283,7 @@ func filterScopeChanges(t *testing.T, e *testenv.Env, mode string) {
 		return nil
 	})
 	r.stop(t)
-	r = f.start(nil, true)
+	f.start(nil, true)
 	w.label("p1", "watch", "again")
 	ms = f.expectScope("pods", after, "added p1 entered watch")
 	if n := len(markers(ms, "pods", "started", after)); n != 0 {
