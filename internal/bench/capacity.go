@@ -92,7 +92,19 @@ const (
 	// every event is still published and the run counts the same events as
 	// plain relayd (suppressed events would be cheaper, not dearer).
 	ConsumerRelaydShaped = "relayd-shaped"
+	// ConsumerRelaydFiltered is relayd with a source whose filter has three
+	// clauses (a label, a status field, a container image regex) that every
+	// recorded pod satisfies: each clause is evaluated on every event, and
+	// the run counts the same events as plain relayd.
+	ConsumerRelaydFiltered = "relayd-filtered"
 )
+
+// filteredSource is ConsumerRelaydFiltered's filter.
+const filteredSource = `    filter: >-
+      object.metadata.labels['app.kubernetes.io/part-of'] == 'shop' &&
+      object.status.phase != 'Unknown' &&
+      object.spec.containers.exists(c, c.image.matches('^registry\\.example\\.com/'))
+`
 
 // shapedSource is ConsumerRelaydShaped's drop and ignoreChanges.
 const shapedSource = `    drop: ['spec.containers[*].env', 'metadata.annotations["kubectl.kubernetes.io/restartedAt"]']
@@ -100,7 +112,8 @@ const shapedSource = `    drop: ['spec.containers[*].env', 'metadata.annotations
 `
 
 func isRelayd(consumer string) bool {
-	return consumer == ModeRelayd || consumer == ConsumerRelaydMetadata || consumer == ConsumerRelaydMetadataWhole || consumer == ConsumerRelaydShaped
+	return consumer == ModeRelayd || consumer == ConsumerRelaydMetadata || consumer == ConsumerRelaydMetadataWhole || consumer == ConsumerRelaydShaped ||
+		consumer == ConsumerRelaydFiltered
 }
 
 func isMetadata(consumer string) bool {
@@ -118,6 +131,18 @@ func (c *CapacityResult) Shaped() float64 {
 	return s.PerCPUSecond / p.PerCPUSecond
 }
 
+// Filtered compares relayd with the three-clause filter
+// (ConsumerRelaydFiltered) with plain relayd on the pods, in the same
+// interleaved runs: events per CPU-second, filtered ÷ plain (0 if not
+// measured).
+func (c *CapacityResult) Filtered() float64 {
+	s, p := c.Summary("pods", ConsumerRelaydFiltered), c.Summary("pods", ModeRelayd)
+	if s == nil || p == nil || p.PerCPUSecond == 0 {
+		return 0
+	}
+	return s.PerCPUSecond / p.PerCPUSecond
+}
+
 type capacityCase struct {
 	stream   *Stream
 	consumer string
@@ -127,7 +152,8 @@ type capacityCase struct {
 func capacityCases(rec *Recording) []capacityCase {
 	var cases []capacityCase
 	if s := rec.Stream("pods"); s != nil && s.Events > 0 {
-		cases = append(cases, capacityCase{stream: s, consumer: ModeRelayd}, capacityCase{stream: s, consumer: ConsumerRelaydShaped})
+		cases = append(cases, capacityCase{stream: s, consumer: ModeRelayd}, capacityCase{stream: s, consumer: ConsumerRelaydShaped},
+			capacityCase{stream: s, consumer: ConsumerRelaydFiltered})
 		if m := rec.Stream("pods-metadata"); m != nil && m.Events == s.Events {
 			cases = append(cases, capacityCase{stream: s, consumer: ConsumerRelaydMetadata, metadata: m},
 				capacityCase{stream: s, consumer: ConsumerRelaydMetadataWhole})
@@ -259,6 +285,8 @@ func (h *harness) capacityRun(ctx context.Context, c capacityCase, cpuProfile st
 			src += "    payload: metadata\n"
 		case consumer == ConsumerRelaydShaped:
 			src += shapedSource
+		case consumer == ConsumerRelaydFiltered:
+			src += filteredSource
 		}
 		mu.Lock()
 		r, err := h.startRelayd(ctx, name, h.relaydConfig(cluster, stream, "", src), kc, cpuProfile)

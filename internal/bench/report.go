@@ -374,7 +374,7 @@ func (r *Report) Markdown(w io.Writer) {
 		p("#### 1. Pipeline capacity (replayed watch, full speed; median of %d runs, [min–max])\n\n", r.Options.Repeat)
 		p("| stream | consumer | events | avg frame | events per CPU-second | CPU per event | events/s (wall) | relayd ÷ this |\n|---|---|---|---|---|---|---|---|\n")
 		for _, s := range c.Summaries {
-			if isMetadata(s.Consumer) || s.Consumer == ConsumerRelaydShaped {
+			if isMetadata(s.Consumer) || s.Consumer == ConsumerRelaydShaped || s.Consumer == ConsumerRelaydFiltered {
 				continue // in the tables below
 			}
 			st := r.Recording.Stream(s.Stream)
@@ -407,6 +407,15 @@ func (r *Report) Markdown(w io.Writer) {
 				p("| %s | %.0f [%.0f–%.0f] | %.1f µs |\n", consumerName(k), s.PerCPUSecond, s.Min, s.Max, float64(s.CPUPerEvent)/1e3)
 			}
 			p("| **shaped ÷ plain** | **%.2f×** | |\n\n", ratio)
+		}
+		if ratio := c.Filtered(); ratio > 0 {
+			p("#### 1c. filter (pods; three clauses: a label, a status field, an image regex; same interleaved runs; goal: ≥ 0.7× plain)\n\n")
+			p("| relayd | events per CPU-second | CPU per event |\n|---|---|---|\n")
+			for _, k := range []string{ModeRelayd, ConsumerRelaydFiltered} {
+				s := c.Summary("pods", k)
+				p("| %s | %.0f [%.0f–%.0f] | %.1f µs |\n", consumerName(k), s.PerCPUSecond, s.Min, s.Max, float64(s.CPUPerEvent)/1e3)
+			}
+			p("| **filtered ÷ plain** | **%.2f×** | |\n\n", ratio)
 		}
 	}
 	if l := r.Latency; l != nil {
@@ -483,6 +492,8 @@ func consumerName(c string) string {
 		return "whole objects (as before)"
 	case ConsumerRelaydShaped:
 		return "relayd with drop (2 paths) and ignoreChanges (fingerprints)"
+	case ConsumerRelaydFiltered:
+		return "relayd with a three-clause filter (CEL)"
 	}
 	return c
 }

@@ -72,7 +72,7 @@ func run(args []string) int {
 		work      = fs.String("work", "", "configs, logs, NATS store, profiles (default: <cache>/run)")
 		out       = fs.String("out", "", "write the Markdown report here (default: <work>/results.md) and JSON next to it")
 		profile   = fs.Bool("profile", false, "also take CPU profiles of the capacity consumers (into <work>/profiles)")
-		consumers = fs.String("consumers", "", "capacity consumers to run, comma-separated (relayd, relayd-shaped, relayd-metadata, relayd-metadata-whole, dynamic, typed; default all)")
+		consumers = fs.String("consumers", "", "capacity consumers to run, comma-separated (relayd, relayd-shaped, relayd-filtered, relayd-metadata, relayd-metadata-whole, dynamic, typed; default all)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
