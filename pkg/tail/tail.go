@@ -318,6 +318,9 @@ func format(env *event.Envelope) string {
 	if env.RelaydFinalUnknown {
 		line += " (final state unknown)"
 	}
+	if env.RelaydScope != "" {
+		line += " (" + safe(env.RelaydScope) + " the filter)"
+	}
 	return line
 }
 
@@ -386,6 +389,7 @@ type structured struct {
 	RelaydUnencodable  bool            `json:"relaydunencodable,omitempty"`
 	RelaydFinalUnknown bool            `json:"relaydfinalunknown,omitempty"`
 	RelaydDropped      string          `json:"relayddropped,omitempty"`
+	RelaydScope        string          `json:"relaydscope,omitempty"`
 	Data               json.RawMessage `json:"data,omitempty"`
 }
 
@@ -397,7 +401,7 @@ func structuredOf(env *event.Envelope) structured {
 		K8sUID: env.K8sUID, K8sResourceVersion: env.K8sResourceVersion, RelaydSource: env.RelaydSource,
 		RelaydOrigin: env.RelaydOrigin, RelaydEpoch: env.RelaydEpoch, RelaydPayload: env.RelaydPayload,
 		RelaydOversize: env.RelaydOversize, RelaydUnencodable: env.RelaydUnencodable, RelaydFinalUnknown: env.RelaydFinalUnknown, RelaydDropped: env.RelaydDropped,
-		Data: env.Data,
+		RelaydScope: env.RelaydScope, Data: env.Data,
 	}
 	if !env.Time.IsZero() {
 		s.Time = env.Time.UTC().Format(event.TimeLayout)

@@ -51,6 +51,8 @@ func TestRunReplaysTheStream(t *testing.T) {
 				Meta: event.Meta{UID: "u1", Namespace: "ns", Name: "a", ResourceVersion: "12"}},
 			{Type: event.Deleted, Origin: event.OriginResync, Epoch: 2, Time: at, Resource: res, FinalStateUnknown: true,
 				Meta: event.Meta{UID: "u2", Namespace: "ns", Name: "b", ResourceVersion: "9"}},
+			{Type: event.Deleted, Origin: event.OriginResync, Epoch: 2, Time: at, Resource: res, Scope: event.ScopeLeft,
+				Meta: event.Meta{UID: "u3", Namespace: "ns", Name: "c", ResourceVersion: "11"}},
 		} {
 			m, err := enc.Encode(&c)
 			if err != nil {
@@ -69,22 +71,23 @@ func TestRunReplaysTheStream(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := Run(ctx, Options{URL: n.URL(), Subject: "k8s.dev.>", Stream: "K8S", Count: 8, Out: &out}); err != nil {
+	if err := Run(ctx, Options{URL: n.URL(), Subject: "k8s.dev.>", Stream: "K8S", Count: 10, Out: &out}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
 		`10:00:00.000  sync.started    source=cms namespace=ns epoch=2 reason=expired from="10"`,
 		`10:00:00.000  modified        ConfigMap              ns/a                                     rv=12       origin=resync`,
 		`10:00:00.000  deleted         ConfigMap              ns/b                                     rv=9        origin=resync (final state unknown)`,
+		`10:00:00.000  deleted         ConfigMap              ns/c                                     rv=11       origin=resync (left the filter)`,
 		`10:00:00.000  sync.completed  source=cms namespace=ns epoch=2 reason=expired from="10" to="13" counts={"added":0,"modified":1,"deleted":1,"unchanged":0,"total":1}`,
 	}
 	got := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(got) != 8 {
-		t.Fatalf("%d lines, want 8:\n%s", len(got), out.String())
+	if len(got) != 10 {
+		t.Fatalf("%d lines, want 10:\n%s", len(got), out.String())
 	}
 	for i, line := range got {
-		if line != want[i%4] {
-			t.Errorf("line %d (binary mode %v):\n got %s\nwant %s", i, i >= 4, line, want[i%4])
+		if line != want[i%5] {
+			t.Errorf("line %d (binary mode %v):\n got %s\nwant %s", i, i >= 5, line, want[i%5])
 		}
 	}
 	if s := Format("k8s.dev.x", nil, []byte("not json")); !strings.Contains(s, "undecodable message on k8s.dev.x") {
