@@ -13,7 +13,7 @@ type Finding struct {
 	// Check names the property: lost, gap-state, gap-delete, bracket,
 	// order, phantom, final, checkpoint-ahead, samples, reference,
 	// duplicate, relist, exit, untraced, unflagged (trace.go), shaping
-	// (shaping.go).
+	// (shaping.go), scope (scope.go).
 	Check  string `json:"check"`
 	Source string `json:"source"`
 	UID    string `json:"uid,omitempty"`
@@ -61,8 +61,11 @@ type Report struct {
 	// (same position and reason): the same relist, not another one.
 	RedoneLists int `json:"redoneLists,omitempty"`
 	// Shaping counts what the shaping checks saw (shaping.go).
-	Shaping  ShapingReport `json:"shaping"`
-	Failures []Finding     `json:"failures,omitempty"`
+	Shaping ShapingReport `json:"shaping"`
+	// Scope counts what the filter checks saw (scope.go); zero without
+	// filtered sources.
+	Scope    ScopeReport `json:"scope"`
+	Failures []Finding   `json:"failures,omitempty"`
 
 	// Unencodable counts object events flagged relaydunencodable (first
 	// occurrences) of the objects History.Unencodable names;
@@ -98,6 +101,9 @@ func (r Report) Summary() string {
 		fmt.Fprintf(&b, ", %d unencodable changes traced by %d flagged events", r.UnencodableTraced, r.Unencodable)
 	}
 	b.WriteString(r.Shaping.summary())
+	if r.Scope != (ScopeReport{}) {
+		b.WriteString(r.Scope.summary())
+	}
 	if r.OK() {
 		b.WriteString(": OK")
 		return b.String()
@@ -150,6 +156,9 @@ type checker struct {
 	completes []Event // first occurrences of sync.completed, in stream order
 
 	indexLost map[[2]string]bool // objects whose delete an index-lost relist may not report (shaping.go)
+
+	expected  []Change       // the reference mapped through the sources' filters (scope.go)
+	wantScope map[key]string // expected changes that enter or leave scope -> relaydscope
 }
 
 // Check checks h; see the package documentation for the properties.
@@ -166,6 +175,7 @@ func Check(h *History) Report {
 	c.rep.Resyncs = map[string]int{}
 	c.rep.Relists = map[string]int{}
 	c.index()
+	c.expect()
 	c.checkReference()
 	c.checkBrackets()
 	c.checkLost()
@@ -177,7 +187,7 @@ func Check(h *History) Report {
 	c.checkExits()
 	c.checkTraces()
 	c.checkShaping()
-	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "bracket": 5, "phantom": 6, "order": 7, "final": 8, "checkpoint-ahead": 9, "samples": 10, "relist": 11, "duplicate": 12, "unflagged": 13, "shaping": 14}
+	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "bracket": 5, "phantom": 6, "order": 7, "final": 8, "checkpoint-ahead": 9, "samples": 10, "relist": 11, "duplicate": 12, "unflagged": 13, "shaping": 14, "scope": 14}
 	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return rank[c.rep.Failures[i].Check] < rank[c.rep.Failures[j].Check] })
 	return c.rep
 }
@@ -226,6 +236,7 @@ func (c *checker) index() {
 		switch e.Kind {
 		case "object":
 			c.rep.ObjectMessages++
+			c.countScope(e)
 			k := [2]string{e.Source, e.UID}
 			c.events[k] = append(c.events[k], e)
 			if e.Unknown {
@@ -337,6 +348,9 @@ func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 	if state == nil {
 		return fmt.Sprintf("no reference state at the resync's toResourceVersion %d", g.to), false
 	}
+	if state.Type != Deleted && !c.inScope(*state) {
+		return c.gapScope(*state, g, limit)
+	}
 	if state.Type != Deleted {
 		if !c.stateInList(*state, g, limit) {
 			return fmt.Sprintf("resync (%s, epoch %d, %d..%d, seq %d..%d) covers it but the object's state at %d (rv %d) is not on the stream between its markers", g.reason, g.epoch, g.from, g.to, g.firstSeq, g.doneSeq, g.to, state.RV), false
@@ -346,6 +360,11 @@ func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 	published := false
 	for _, e := range c.events[k] {
 		published = published || (e.Type != Deleted && e.Seq <= limit)
+	}
+	if c.filtered(ch.Source) {
+		// Objects leave and enter scope: only one relayd had in scope
+		// before the list needs its delete.
+		published = c.wasIn(k, g, limit)
 	}
 	if !published {
 		return "", false // created and deleted inside the gap: no trace is right
@@ -364,7 +383,7 @@ func (c *checker) gapState(ch Change, g gap, limit uint64) (string, bool) {
 
 func (c *checker) checkLost() {
 	gapDeletes := map[[2]string]bool{}
-	for _, ch := range c.h.Reference {
+	for _, ch := range c.expected {
 		if !c.required(ch) {
 			c.confined(ch)
 			continue
@@ -374,13 +393,13 @@ func (c *checker) checkLost() {
 		}
 		ok, detail, reported := c.covering(ch, math.MaxUint64)
 		if !ok {
-			c.fail(Finding{Check: "lost", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: ch.Type + " not on the stream and not covered by a valid resync"})
+			c.fail(Finding{Check: "lost", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: c.describe(ch) + " not on the stream and not covered by a valid resync"})
 			continue
 		}
 		c.rep.CoveredByResync++
 		if detail != "" {
 			check := "gap-state"
-			if strings.Contains(detail, "deleted inside") {
+			if strings.Contains(detail, "no delete on the stream") {
 				check = "gap-delete"
 			}
 			c.fail(Finding{Check: check, Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV, Detail: detail})
@@ -414,6 +433,9 @@ func (c *checker) checkPhantomsAndOrder() {
 			if e.Type == Deleted && deletedAt == 0 {
 				deletedAt = e.Seq
 			}
+			if e.Type != Deleted {
+				deletedAt = 0 // back in a filter's scope
+			}
 			switch {
 			case e.Unknown:
 				_, existed := c.refKeys[key{e.Source, e.UID, e.RV, false}]
@@ -425,6 +447,8 @@ func (c *checker) checkPhantomsAndOrder() {
 					f.Check, f.Detail = "phantom", fmt.Sprintf("resync delete (seq %d): version existed %v, object deleted later %v", e.Seq, existed, deleted)
 					c.fail(f)
 				}
+			case c.filtered(e.Source):
+				c.checkFilteredEvent(e, f)
 			default:
 				ch, ok := c.refKeys[key{e.Source, e.UID, e.RV, e.Type == Deleted}]
 				if !ok {
@@ -453,12 +477,17 @@ func (c *checker) checkFinal() {
 		last := evs[len(evs)-1]
 		o, exists := final[k]
 		f := Finding{Check: "final", Source: last.Source, UID: last.UID, Name: last.Name, RV: last.RV}
+		gone := "not in the final LIST"
+		if exists && !c.finalInScope(o) {
+			// Out of its filter's scope: as good as gone for the source.
+			exists, gone = false, fmt.Sprintf("out of the filter's scope in the final LIST (at %d)", o.RV)
+		}
 		switch {
 		case last.Type == Deleted && exists:
 			f.Detail = fmt.Sprintf("last event is a delete (seq %d) but the final LIST has it at %d", last.Seq, o.RV)
 			c.fail(f)
 		case last.Type != Deleted && !exists && !c.indexLost[k]:
-			f.Detail = fmt.Sprintf("last event is %s (seq %d) but the object is not in the final LIST", last.Type, last.Seq)
+			f.Detail = fmt.Sprintf("last event is %s (seq %d) but the object is %s", last.Type, last.Seq, gone)
 			c.fail(f)
 		case last.Type != Deleted && exists && !c.sameState(k, last.RV, o.RV):
 			f.Detail = fmt.Sprintf("last event (seq %d) has resourceVersion %d, the final LIST %d", last.Seq, last.RV, o.RV)
@@ -466,7 +495,7 @@ func (c *checker) checkFinal() {
 		}
 	}
 	for k, o := range final {
-		if _, ok := c.events[k]; !ok {
+		if _, ok := c.events[k]; !ok && c.finalInScope(o) {
 			c.fail(Finding{Check: "final", Source: o.Source, UID: o.UID, Name: o.Name, RV: o.RV, Detail: "in the final LIST but never on the stream"})
 		}
 	}
@@ -477,7 +506,7 @@ func (c *checker) checkFinal() {
 // read after the checkpoint), or covered by a resync whose state was.
 func (c *checker) checkSamples() {
 	bySource := map[string][]Change{}
-	for _, ch := range c.h.Reference {
+	for _, ch := range c.expected {
 		bySource[ch.Source] = append(bySource[ch.Source], ch)
 	}
 	storedBy := c.storedBy()
@@ -490,7 +519,7 @@ func (c *checker) checkSamples() {
 			}
 			ok, detail, _ := c.covering(ch, limit)
 			if !ok {
-				detail = ch.Type + " not on the stream"
+				detail = c.describe(ch) + " not on the stream"
 			}
 			if detail != "" {
 				c.fail(Finding{Check: "checkpoint-ahead", Source: ch.Source, UID: ch.UID, Name: ch.Name, RV: ch.RV,

@@ -79,6 +79,9 @@ type Change struct {
 	// Digest identifies the version without its source's ignoreChanges
 	// paths (set for such sources only; see Shaping).
 	Digest string `json:"digest,omitempty"`
+	// Labels are the version's labels (sources with a filter only, not
+	// deletes): the checker evaluates the filter on them (scope.go).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Write is one write the writer attempted.
@@ -119,6 +122,8 @@ type Event struct {
 	// Unencodable: sent without data, flagged relaydunencodable (even
 	// the reference exceeded the NATS max payload).
 	Unencodable bool `json:"unencodable,omitempty"`
+	// Scope is the relaydscope extension: entered, left or "" (scope.go).
+	Scope string `json:"scope,omitempty"`
 	// Sync markers.
 	Reason string `json:"reason,omitempty"`
 	From   int64  `json:"from,omitempty"` // 0: no position (initial, no-checkpoint)
@@ -235,6 +240,9 @@ type History struct {
 	// Shaping is the payload, drop and ignoreChanges config of the sources
 	// that have any (see shaping.go).
 	Shaping map[string]Shaping `json:"shaping,omitempty"`
+
+	// Filters are the filters of the sources that have one (scope.go).
+	Filters map[string]Filter `json:"filters,omitempty"`
 }
 
 // Save writes h as indented JSON.
