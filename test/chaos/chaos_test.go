@@ -37,6 +37,7 @@ var (
 	seed      = flag.Uint64("chaos.seed", 0, "first seed (0: derived from the time)")
 	table     = flag.String("chaos.table", "", "write the results table (markdown) to this file")
 	artifacts = flag.String("chaos.artifacts", "", "directory for the histories and logs of failed runs (default: a temp dir, printed)")
+	filter    = flag.Bool("chaos.filter", true, "add the filtered source (scoped: a CEL filter objects enter and leave) to every run's config")
 )
 
 var (
@@ -139,6 +140,7 @@ func TestChaos(t *testing.T) {
 	}
 	short := scenario.Params{Writes: 250, WriteFor: 8 * time.Second, Pace: 30 * time.Millisecond, Objects: 12, DrainTimeout: 60 * time.Second}
 	long := scenario.Params{Writes: 2000, WriteFor: 30 * time.Second, Pace: 20 * time.Millisecond, Objects: 40, DrainTimeout: 120 * time.Second}
+	short.Filter, long.Filter = *filter, *filter
 	var (
 		mu      sync.Mutex
 		results []scenario.Result

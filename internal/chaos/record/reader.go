@@ -81,6 +81,9 @@ func Decode(seq uint64, header map[string][]string, data []byte) (history.Event,
 	case strings.HasSuffix(env.Type[:max(dot, 0)], ".object"):
 		e.Kind, e.Type = "object", env.Type[dot+1:]
 		e.UID, e.Namespace, e.Name, e.Unknown, e.Unencodable = env.K8sUID, env.K8sNamespace, env.K8sName, env.RelaydFinalUnknown, env.RelaydUnencodable
+		if e.Scope, err = scopeOf(header, data); err != nil {
+			return e, err
+		}
 		if e.RV, err = history.ParseRV(env.K8sResourceVersion); err != nil {
 			return e, err
 		}
@@ -107,6 +110,33 @@ func Decode(seq uint64, header map[string][]string, data []byte) (history.Event,
 		return e, fmt.Errorf("unknown event type %q", env.Type)
 	}
 	return e, nil
+}
+
+// scopeOf reads the relaydscope extension of a message: the ce-relaydscope
+// header in binary mode, the member of the structured document otherwise
+// (read here rather than through the envelope, so that the checker does
+// not take relayd's decoder's word for it).
+func scopeOf(header map[string][]string, data []byte) (string, error) {
+	ct := ""
+	for k, vs := range header {
+		switch {
+		case len(vs) == 0:
+		case strings.EqualFold(k, event.HeaderPrefix+"relaydscope"):
+			return vs[0], nil
+		case strings.EqualFold(k, event.HeaderContentType):
+			ct, _, _ = strings.Cut(vs[0], ";")
+		}
+	}
+	if !strings.EqualFold(strings.TrimSpace(ct), event.ContentTypeCloudEvents) {
+		return "", nil
+	}
+	var d struct {
+		Scope string `json:"relaydscope"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		return "", fmt.Errorf("relaydscope: %w", err)
+	}
+	return d.Scope, nil
 }
 
 // FinalList lists every kind in namespace with a consistent read

@@ -30,6 +30,9 @@ type Prefix struct {
 	// Ignore, if set, are the source's ignoreChanges paths: each version
 	// (JSON-stored kinds only) then gets a Digest without them.
 	Ignore []string
+	// Labels: record each version's labels (Change.Labels; not deletes'),
+	// for a source with a filter the checker evaluates on them.
+	Labels bool
 }
 
 // Reference is the reference history: a watch of etcd itself (through its
@@ -258,11 +261,14 @@ func (r *Reference) line(b []byte, first bool) error {
 		default:
 			ch.Type = history.Modified
 		}
-		uid, err := uidOf(value)
+		uid, labels, err := metaOf(value)
 		if err != nil {
 			return fmt.Errorf("reference: %s at %d: %w", key, rv, err)
 		}
 		ch.UID = uid
+		if p.Labels && ch.Type != history.Deleted {
+			ch.Labels = labels
+		}
 		if p.Ignore != nil && ch.Type != history.Deleted {
 			if ch.Digest, err = Digest(value, p.Ignore); err != nil {
 				return fmt.Errorf("reference: %s at %d: %w", key, rv, err)
@@ -280,31 +286,33 @@ var (
 	protoCodec  = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
 )
 
-// uidOf reads metadata.uid of a stored object (protobuf or JSON).
-func uidOf(value []byte) (string, error) {
+// metaOf reads metadata.uid and metadata.labels of a stored object
+// (protobuf or JSON).
+func metaOf(value []byte) (string, map[string]string, error) {
 	if bytes.HasPrefix(value, protoPrefix) {
 		obj, _, err := protoCodec.Decode(value, nil, nil)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		m, err := meta.Accessor(obj)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
-		return string(m.GetUID()), nil
+		return string(m.GetUID()), m.GetLabels(), nil
 	}
 	var o struct {
 		Metadata struct {
-			UID string `json:"uid"`
+			UID    string            `json:"uid"`
+			Labels map[string]string `json:"labels"`
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(value, &o); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if o.Metadata.UID == "" {
-		return "", errors.New("no metadata.uid")
+		return "", nil, errors.New("no metadata.uid")
 	}
-	return o.Metadata.UID, nil
+	return o.Metadata.UID, o.Metadata.Labels, nil
 }
 
 func (r *Reference) setErr(err error) {

@@ -42,6 +42,35 @@ func SecretConfigMaps(source, ns string) Kind {
 	return k
 }
 
+// ScopeLabel is the label the writer sets on the objects of ScopedConfigMaps,
+// and ScopeValue the value a filter on it selects.
+const (
+	ScopeLabel = "tier"
+	ScopeValue = "gold"
+)
+
+// ScopedConfigMaps is the ConfigMap kind in namespace ns whose label tier
+// the writer sets anew on every write: for write number i, none (no
+// labels at all) when i%3 is 0, "gold" when 1, "silver" when 2. A filter
+// on tier=gold then sees about 4 in 9 updates enter or leave its scope.
+func ScopedConfigMaps(source, ns string) Kind {
+	k := ConfigMaps(source)
+	k.Namespace = ns
+	body := k.Body
+	k.Body = func(o *unstructured.Unstructured, i int) {
+		body(o, i)
+		switch i % 3 {
+		case 0:
+			o.SetLabels(nil)
+		case 1:
+			o.SetLabels(map[string]string{ScopeLabel: ScopeValue})
+		default:
+			o.SetLabels(map[string]string{ScopeLabel: "silver"})
+		}
+	}
+	return k
+}
+
 // Gadgets is the Gadget kind in namespace ns: updates change spec.size and
 // spec.note, status updates status.observed and status.phase (the notes
 // and phases hold history.Marker).

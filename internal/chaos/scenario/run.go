@@ -105,6 +105,8 @@ type Params struct {
 	Pace         time.Duration
 	Objects      int
 	DrainTimeout time.Duration
+	// Filter adds the filtered source (scoped, shaping.go) to the config.
+	Filter bool
 }
 
 // Result is a run's outcome.
@@ -401,7 +403,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.Err = err
 		return res
 	}
-	sh := shapedSources(ns)
+	sh := shapedSources(ns, p.Filter)
 	if err := record.InstallGadgetCRD(ctx, rc); err != nil {
 		res.Err = err
 		return res
@@ -601,7 +603,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	}
 
 	h := &history.History{Scenario: s.Name, Seed: p.Seed, Sources: append([]string{"cms", "widgets"}, sh.sources()...), Started: t0,
-		Unencodable: unencodableNames(s, kinds, p.Objects), Shaping: sh.shaping}
+		Unencodable: unencodableNames(s, kinds, p.Objects), Shaping: sh.shaping, Filters: sh.filters}
 	collect := func() error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

@@ -21,7 +21,13 @@ import (
 //     status-only updates, and the reference digests every version
 //     without status;
 //   - meta: Gadgets of <ns>-m with payload metadata (their spec and status
-//     hold history.Marker).
+//     hold history.Marker);
+//   - scoped (Params.Filter): ConfigMaps of <ns>-f with a filter on the
+//     label tier, which the writer sets to gold, silver or nothing on
+//     every write (record.ScopedConfigMaps): objects enter and leave the
+//     filter's scope all the time; the reference records every version's
+//     labels, and the checker evaluates the filter's Go equivalent
+//     (history.Filter) on them.
 //
 // They run in every scenario, under every fault.
 type shaped struct {
@@ -30,10 +36,16 @@ type shaped struct {
 	prefixes   []record.Prefix
 	cpKeys     map[string]string // checkpoint key -> source
 	shaping    map[string]history.Shaping
+	filters    map[string]history.Filter
 	yaml       string // appended to the config's sources
 }
 
-func shapedSources(ns string) shaped {
+// scopeFilter is the filtered source's CEL expression: the label tier is
+// gold (history.Filter's Go equivalent evaluates the same).
+const scopeFilter = "has(object.metadata.labels) && '" + record.ScopeLabel + "' in object.metadata.labels && object.metadata.labels['" +
+	record.ScopeLabel + "'] == '" + record.ScopeValue + "'"
+
+func shapedSources(ns string, filter bool) shaped {
 	nsD, nsM := ns+"-d", ns+"-m"
 	gadgets := "/registry/" + record.GadgetGVR.Group + "/" + record.GadgetGVR.Resource + "/"
 	s := shaped{
@@ -68,6 +80,20 @@ func shapedSources(ns string) shaped {
     namespaces: [%[4]s]
     payload: metadata
 `, nsD, ns, gv, nsM)
+	if filter {
+		nsF := ns + "-f"
+		s.namespaces = append(s.namespaces, nsF)
+		s.kinds = append(s.kinds, record.ScopedConfigMaps("scoped", nsF))
+		s.prefixes = append(s.prefixes, record.Prefix{Key: "/registry/configmaps/" + nsF + "/", Source: "scoped", Labels: true})
+		s.cpKeys["scoped."+nsF] = "scoped"
+		s.filters = map[string]history.Filter{"scoped": {Expr: scopeFilter, Label: record.ScopeLabel, Value: record.ScopeValue}}
+		s.yaml += fmt.Sprintf(`  - name: scoped
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [%s]
+    filter: %q
+`, nsF, scopeFilter)
+	}
 	return s
 }
 
