@@ -5,6 +5,7 @@
 package record
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -35,6 +36,9 @@ type Kind struct {
 	// Namespace, if set, is where the objects of this kind are written
 	// (else WriterOptions.Namespace).
 	Namespace string
+	// Objects, if set, is the number of names of this kind (else
+	// WriterOptions.Objects): fewer names, more updates per object.
+	Objects int
 	// Status, if set, fills the object's status for write number i: the
 	// kind has a status subresource, and half of the writer's updates are
 	// status-only updates through it (op "status").
@@ -125,7 +129,7 @@ func (w *Writer) Run(ctx context.Context) {
 	// down for a while); Duration bounds those.
 	for i, acked := 0, 0; acked < w.o.MaxWrites && time.Now().Before(deadline) && ctx.Err() == nil && (w.o.Done == nil || !w.o.Done(acked)); i++ {
 		k := w.o.Kinds[rng.IntN(len(w.o.Kinds))]
-		name := k.name(rng.IntN(w.o.Objects))
+		name := k.name(rng.IntN(cmp.Or(k.Objects, w.o.Objects)))
 		st := state[k.Source+"/"+name]
 		if st == nil {
 			st = &objState{}

@@ -403,7 +403,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.Err = err
 		return res
 	}
-	sh := shapedSources(ns, p.Filter)
+	sh := shapedSources(ns, p.Filter, p.Objects)
 	if err := record.InstallGadgetCRD(ctx, rc); err != nil {
 		res.Err = err
 		return res

@@ -45,7 +45,7 @@ type shaped struct {
 const scopeFilter = "has(object.metadata.labels) && '" + record.ScopeLabel + "' in object.metadata.labels && object.metadata.labels['" +
 	record.ScopeLabel + "'] == '" + record.ScopeValue + "'"
 
-func shapedSources(ns string, filter bool) shaped {
+func shapedSources(ns string, filter bool, objects int) shaped {
 	nsD, nsM := ns+"-d", ns+"-m"
 	gadgets := "/registry/" + record.GadgetGVR.Group + "/" + record.GadgetGVR.Resource + "/"
 	s := shaped{
@@ -83,7 +83,11 @@ func shapedSources(ns string, filter bool) shaped {
 	if filter {
 		nsF := ns + "-f"
 		s.namespaces = append(s.namespaces, nsF)
-		s.kinds = append(s.kinds, record.ScopedConfigMaps("scoped", nsF))
+		// A third of the names: more updates per object, so more of them
+		// enter and leave scope.
+		k := record.ScopedConfigMaps("scoped", nsF)
+		k.Objects = max(objects/3, 4)
+		s.kinds = append(s.kinds, k)
 		s.prefixes = append(s.prefixes, record.Prefix{Key: "/registry/configmaps/" + nsF + "/", Source: "scoped", Labels: true})
 		s.cpKeys["scoped."+nsF] = "scoped"
 		s.filters = map[string]history.Filter{"scoped": {Expr: scopeFilter, Label: record.ScopeLabel, Value: record.ScopeValue}}
