@@ -45,6 +45,12 @@
 //   - every change of an object whose events fit the NATS max payload
 //     only without data leaves its trace on the stream: its event
 //     flagged relaydunencodable, never a silent skip (trace.go).
+//   - for a source with a filter, the reference is first mapped through
+//     it (scope.go): a change that makes an object leave scope expects a
+//     delete (relaydscope left) and counts like a delete for every rule
+//     above, one that makes it enter an added (relaydscope entered), a
+//     change out of scope before and after nothing; no event names a
+//     version out of scope or an object that was not in scope.
 //
 // resourceVersions are compared as numbers here: the checker knows the
 // store is etcd (relayd itself treats them as opaque).
