@@ -635,6 +635,9 @@ func (e *rateEnv) verify(ctx context.Context, res *RateResult) error {
 					return err
 				}
 				read = md.Sequence.Stream
+				if _, err := event.ParseControlSubject(m.Subject()); err == nil {
+					continue // relayd's heartbeats (and markers): not paced events
+				}
 				ev, err := event.DecodeMessage(m.Headers(), m.Data())
 				rv, perr := strconv.ParseInt(ev.K8sResourceVersion, 10, 64)
 				if err != nil || perr != nil || rv < rateFirstRV || rv >= rateFirstRV+res.Paced {
