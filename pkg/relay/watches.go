@@ -42,6 +42,10 @@ func (r *relay) newWatches(src *config.Source, b *index.Bucket) []*watch.Watch {
 		r.log.Error("source shaping options do not compile; publishing without drop and ignoreChanges", zap.String("source", src.Name), zap.Error(err))
 		shaping = nil
 	}
+	scope, err := watch.NewScope(src) // an error: each watch reports it
+	if err != nil {
+		scope = nil
+	}
 	kube, self := source.Clients{Config: r.o.RestConfig, HTTP: r.httpc}, ownObjects{r.cfg}
 	var check watch.RelistHook // nil: none
 	if r.o.IndexCheck {
@@ -51,7 +55,7 @@ func (r *relay) newWatches(src *config.Source, b *index.Bucket) []*watch.Watch {
 	for _, ns := range namespaces {
 		ws = append(ws, watch.New(watch.Options{
 			Source: src, Namespace: ns, Config: r.cfg, Logger: r.log, Metrics: r.m.Watch,
-			Shaping: shaping, FingerprintKey: r.fpKey, MaxPayload: int(r.nc.MaxPayload()) - r.sink.HeaderBytes(), Backoff: r.relistBackoff(),
+			Shaping: shaping, Scope: scope, FingerprintKey: r.fpKey, MaxPayload: int(r.nc.MaxPayload()) - r.sink.HeaderBytes(), Backoff: r.relistBackoff(),
 			Pipelines: pipelines{r.sink}, Positions: r.store, Events: r.events, Bucket: b,
 			Ready: r.ready.Waiter(condCheckpoints, condNATS), Resolver: resolver, Watchers: watchers{kube}, Self: self,
 			State: r, AfterRelist: check,

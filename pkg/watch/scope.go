@@ -94,7 +94,9 @@ type scopeState struct {
 
 func (w *Watch) initScope() {
 	sc := &w.scope
-	sc.s, sc.err = NewScope(w.o.Source)
+	if sc.s = w.o.Scope; sc.s == nil {
+		sc.s, sc.err = NewScope(w.o.Source)
+	}
 	sc.errs = w.o.Metrics.FilterErrors.WithLabelValues(w.o.Source.Name)
 	sc.failed = retry.NewFailures(w.log, "filter evaluation failed; the object is "+map[bool]string{true: "out of scope (filterOnError: exclude)", false: "in scope (fail open)"}[sc.s != nil && sc.s.exclude],
 		retry.AtLevel(zapcore.WarnLevel))

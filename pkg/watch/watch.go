@@ -178,6 +178,10 @@ type Options struct {
 	Metrics   *Metrics
 	// Shaping is the source's compiled drop/ignoreChanges paths (nil: none).
 	Shaping *event.Shaping
+	// Scope is the source's compiled filter (NewScope), shared by its
+	// watches: a compiled expression holds ~90 KB, more than a quiet
+	// watch's whole budget. Nil: the watch compiles Source.Filter itself.
+	Scope *Scope
 	// FingerprintKey keys the fingerprints of ignoreChanges
 	// (nats.index.fingerprintKeyFile; nil: unkeyed). The Bucket must store
 	// them under its ID (index.BucketOptions.FingerprintKeyID).
