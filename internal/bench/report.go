@@ -189,6 +189,8 @@ func capacityGoals(c *CapacityResult, why string) []Goal {
 			c, "widgets", ModeRelayd, ModeDynamic, why),
 		ratioGoal("capacity: relayd with drop + ignoreChanges ÷ plain relayd, pods, "+perCPU, 0.85, "≥ 0.85×",
 			c, "pods", ConsumerRelaydShaped, ModeRelayd, why),
+		ratioGoal("capacity: relayd with a three-clause filter ÷ plain relayd, pods, "+perCPU, 0.7, "≥ 0.7×",
+			c, "pods", ConsumerRelaydFiltered, ModeRelayd, why),
 	}
 }
 
