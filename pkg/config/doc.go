@@ -272,13 +272,14 @@
 //     nats.index.fingerprintKeyFile.
 //   - initial (default snapshot): without a checkpoint, snapshot publishes
 //     every existing object first (origin "initial"); none starts from now.
-//   - filter, filterOnError: planned, not yet applied. filter is a CEL
-//     expression over object (package filter); it is compiled and checked
-//     (problems at file:line:column inside the expression, an estimated
-//     cost over the limit refused), and then refused, as the running relay
-//     does not apply filters yet. filterOnError is include (default) or
-//     exclude, and an error without filter. See docs/CONFIGURATION.md,
-//     "Filters".
+//   - filter, filterOnError: filter is a CEL expression over object
+//     (package filter), compiled and checked here (problems at
+//     file:line:column inside the expression, an estimated cost over the
+//     limit refused); only matching objects are relayed, and objects
+//     entering or leaving it are published as such (docs/CONSUMING.md,
+//     "Filters: entering and leaving scope"). filterOnError is include
+//     (default: an evaluation error keeps the object in scope) or exclude,
+//     and an error without filter. See docs/CONFIGURATION.md, "Filters".
 //   - heartbeatInterval (default: the top-level heartbeatInterval; 0 = off,
 //     else at least 1s): the heartbeat interval of this source's watches.
 //
