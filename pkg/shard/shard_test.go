@@ -189,7 +189,19 @@ func TestJoinRebalances(t *testing.T) {
 		startReplica(t, ns, "replica-a", sources, slow, rec),
 		startReplica(t, ns, "replica-b", sources, slow, rec),
 	}
-	waitFor(t, 20*time.Second, "3/3", func() bool { return shares(reps, sources, 3, 3) })
+	// Every source's Run started (a Lease is held a moment before its Run
+	// starts): a first start after the join would look like a hand-over.
+	waitFor(t, 20*time.Second, "3/3, every source running", func() bool {
+		if !shares(reps, sources, 3, 3) {
+			return false
+		}
+		for _, src := range sources {
+			if len(rec.intervals(src)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	before := map[string]string{}
 	for _, r := range reps {
 		for _, src := range r.sh.Leading() {
@@ -210,6 +222,10 @@ func TestJoinRebalances(t *testing.T) {
 			}
 			movedN++
 			ivs := rec.intervals(src)
+			if len(ivs) < 2 {
+				t.Errorf("source %s: its first Run started after the join: %+v", src, ivs)
+				continue
+			}
 			prev := ivs[len(ivs)-2]
 			gap := iv.start.Sub(prev.ended)
 			t.Logf("source %s: hand-over %s → %s took %v (Run ended → Run started)", src, prev.id, iv.id, gap.Round(time.Millisecond))
