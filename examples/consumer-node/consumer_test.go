@@ -1,0 +1,479 @@
+package consumernode
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/internal/testutil"
+)
+
+var (
+	env     *testenv.Env
+	natsSrv *testenv.NATS
+	runs    atomic.Int64
+)
+
+// The watch cache is off so that a compaction gives relayd a 410 at once.
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, testenv.Options{DisableWatchCache: true}, &env, &natsSrv))
+}
+
+// lane is one relayd (one CloudEvents mode, its own cluster name and
+// stream) and one Node.js consumer that keeps its view in a state file.
+type lane struct {
+	mode, cluster, stream string
+	relayd                *testenv.Relayd
+	state                 string // the consumer's --state file
+
+	proc   *exec.Cmd
+	exited chan error
+	stdout *lines
+	stderr *lines
+}
+
+// The Node.js example consumer's view (its state file) equals a LIST of the
+// cluster, names, uids and resourceVersions, after live changes; after
+// relayd and the consumer are both killed with -9 and changes are made
+// while they are down; after a 410 gap (relayd stopped, changes, etcd
+// compacted: reason expired, deletes with final state unknown); and after
+// relayd lost its object index while objects were deleted (reason
+// index-lost: relayd cannot publish those deletes, the consumer's
+// reconcile by a LIST must remove them). In both CloudEvents modes. The
+// consumer also reports relayd's heartbeats missing while relayd is down
+// and resumed once it is back.
+func TestNodeConsumerFollowsTheCluster(t *testing.T) {
+	script := buildConsumer(t)
+	ctx := t.Context()
+	ns, cpNS := env.Namespace(t), env.Namespace(t)
+	cs := env.Clientset(t, false)
+	nc, err := nats.Connect(natsSrv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig, false); err != nil {
+		t.Fatal(err)
+	}
+	c := &cms{t: t, cs: cs, ns: ns}
+	c.create("pre") // exists before relayd starts: origin initial
+	run := runs.Add(1)
+	lanes := []*lane{
+		{mode: "structured", cluster: fmt.Sprint("nds", run), stream: fmt.Sprint("NDS", run)},
+		{mode: "binary", cluster: fmt.Sprint("ndb", run), stream: fmt.Sprint("NDB", run)},
+	}
+	stateDir := t.TempDir()
+	for _, l := range lanes {
+		l.state = filepath.Join(stateDir, l.cluster+".json")
+		l.relayd = env.Relayd(t, relaydConfig(l, ns, cpNS))
+		l.relayd.Env = []string{"RELAYD_INDEX_CHECK=1"}
+		l.relayd.Start()
+		l.start(t, js, script, kubeconfig)
+	}
+	t.Cleanup(func() {
+		for _, l := range lanes {
+			l.kill()
+			if t.Failed() {
+				t.Logf("%s consumer stdout:\n%s\nstderr:\n%s", l.mode, l.stdout.text(), l.stderr.String())
+			}
+		}
+	})
+	for _, l := range lanes {
+		l.waitFor(t, "the initial snapshot is consumed", func(o output) bool { return o.Event == "sync.completed" && o.Reason == "initial" })
+	}
+
+	for i := range 8 {
+		c.create(fmt.Sprintf("live-%d", i))
+	}
+	c.delete("live-7")
+	for i := range 4 {
+		c.update(fmt.Sprintf("live-%d", i))
+	}
+	waitViews(t, cs, ns, lanes, "after live changes")
+
+	// kill -9 of relayd and of the consumer, changes while both are down:
+	// relayd resumes its watch from its checkpoint (no relist), the
+	// consumer its durable consumer and its view.
+	waitCheckpoints(t, cs, cpNS, ns, lanes, c.lastRV)
+	for _, l := range lanes {
+		l.relayd.Kill()
+		l.kill()
+	}
+	c.create("while-killed")
+	c.delete("live-6")
+	c.update("live-0")
+	for _, l := range lanes {
+		l.relayd.Start()
+		l.start(t, js, script, kubeconfig)
+	}
+	waitViews(t, cs, ns, lanes, "after kill -9 of relayd and of the consumer")
+	c.update("live-1")
+	waitViews(t, cs, ns, lanes, "after a change once relayd is back")
+
+	// A 410 gap: relayd stopped, changes and deletes, history compacted.
+	// Meanwhile the consumer, caught up, misses relayd's heartbeats.
+	waitCheckpoints(t, cs, cpNS, ns, lanes, c.lastRV)
+	var missing, resumed []int
+	for _, l := range lanes {
+		missing = append(missing, strings.Count(l.stderr.String(), "heartbeat missing"))
+		resumed = append(resumed, strings.Count(l.stderr.String(), "heartbeat resumed"))
+		l.relayd.Stop()
+	}
+	c.create("in-gap")
+	c.update("live-2")
+	c.update("while-killed")
+	c.delete("live-3")
+	c.delete("live-4")
+	c.delete("while-killed")
+	if _, err := env.CompactNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range lanes {
+		l.waitLog(t, "heartbeat missing", missing[i])
+		l.relayd.Start()
+	}
+	waitViews(t, cs, ns, lanes, "after a 410 gap")
+	for i, l := range lanes {
+		l.waitLog(t, "heartbeat resumed", resumed[i])
+	}
+
+	// relayd's object index lost while it is down, objects deleted
+	// meanwhile: its relist (index-lost) cannot publish their deletes.
+	for _, l := range lanes {
+		l.relayd.Stop()
+		if err := js.DeleteKeyValue(ctx, "relayd-index-"+l.cluster); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.delete("live-0")
+	c.delete("live-1")
+	c.update("live-2")
+	c.create("index-lost")
+	for _, l := range lanes {
+		l.relayd.Start()
+	}
+	waitViews(t, cs, ns, lanes, "after relayd lost its index")
+
+	for _, l := range lanes {
+		var reasons []string
+		reconciled, finalUnknown := 0, 0
+		for _, o := range l.stdout.parsed(t) {
+			if o.Event == "sync.completed" {
+				reasons = append(reasons, o.Reason)
+				reconciled += o.Reconciled
+			}
+			if o.FinalUnknown && o.Action == "delete" {
+				finalUnknown++
+			}
+		}
+		if !slices.Equal(reasons, []string{"initial", "expired", "index-lost"}) {
+			t.Errorf("%s: relists %v, want [initial expired index-lost] (a kill -9 with a current checkpoint resumes without one)", l.mode, reasons)
+		}
+		if finalUnknown != 3 {
+			t.Errorf("%s: %d deletes with final state unknown applied, want 3 (live-3, live-4, while-killed)", l.mode, finalUnknown)
+		}
+		if reconciled != 2 {
+			t.Errorf("%s: the reconcile after index-lost removed %d entries, want 2 (live-0, live-1)", l.mode, reconciled)
+		}
+		if s := l.stderr.String(); strings.Contains(s, "terminated") || strings.Contains(s, `"level":"error"`) {
+			t.Errorf("%s: the consumer terminated messages or logged errors:\n%s", l.mode, s)
+		}
+	}
+}
+
+func relaydConfig(l *lane, ns, cpNS string) string {
+	return fmt.Sprintf(`cluster: %s
+nats:
+  url: %s
+  stream:
+    name: %s
+    create: true
+cloudevents:
+  mode: %s
+checkpoint:
+  namespace: %s
+  name: relayd-checkpoint-%s
+  flushInterval: 1s
+shutdown:
+  drainTimeout: 5s
+heartbeatInterval: 1s
+sources:
+  - name: cms
+    apiVersion: v1
+    kind: ConfigMap
+    namespaces: [%s]
+    drop: ['data["secret"]']
+`, l.cluster, natsSrv.URL(), l.stream, l.mode, cpNS, l.cluster, ns)
+}
+
+// start starts the Node.js consumer of the lane (once relayd created its
+// stream), keeping what it prints.
+func (l *lane) start(t *testing.T, js jetstream.JetStream, script, kubeconfig string) {
+	t.Helper()
+	testutil.Eventually(t, 60*time.Second, l.stream+" exists", func() error {
+		_, err := js.Stream(t.Context(), l.stream)
+		return err
+	})
+	if l.stdout == nil {
+		l.stdout, l.stderr = &lines{}, &lines{}
+	}
+	cmd := exec.Command("node", script, "--server", natsSrv.URL(), "--stream", l.stream, "--cluster", l.cluster,
+		"--durable", "node", "--state", l.state, "--kubeconfig", kubeconfig)
+	cmd.Stdout, cmd.Stderr = l.stdout, l.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("node %s: %v", script, err)
+	}
+	l.proc, l.exited = cmd, make(chan error, 1)
+	go func() { l.exited <- cmd.Wait() }()
+}
+
+// kill is kill -9 of the consumer.
+func (l *lane) kill() {
+	if l.proc == nil {
+		return
+	}
+	_ = l.proc.Process.Kill()
+	<-l.exited
+	l.proc = nil
+}
+
+// alive fails when the consumer exited: waiting for it cannot help then.
+func (l *lane) alive() error {
+	select {
+	case err := <-l.exited:
+		l.exited <- err
+		return fmt.Errorf("the %s consumer exited (%v):\n%s", l.mode, err, l.stderr.String())
+	default:
+		return nil
+	}
+}
+
+// waitLog waits until the consumer logged msg more than before times.
+func (l *lane) waitLog(t *testing.T, msg string, before int) {
+	t.Helper()
+	testutil.EventuallyUnless(t, 30*time.Second, l.mode+": the consumer logs "+msg, l.alive, func() error {
+		if n := strings.Count(l.stderr.String(), msg); n <= before {
+			return fmt.Errorf("logged %d times, %d before", n, before)
+		}
+		return nil
+	})
+}
+
+func (l *lane) waitFor(t *testing.T, what string, pred func(output) bool) {
+	t.Helper()
+	testutil.EventuallyUnless(t, 60*time.Second, l.mode+": "+what, l.alive, func() error {
+		if slices.ContainsFunc(l.stdout.parsed(t), pred) {
+			return nil
+		}
+		return errors.New("not printed yet")
+	})
+}
+
+// output is one line the consumer prints.
+type output struct {
+	Seq          uint64 `json:"seq"`
+	Event        string `json:"event"`
+	Source       string `json:"source"`
+	Reason       string `json:"reason"`
+	Reconciled   int    `json:"reconciled"`
+	Action       string `json:"action"`
+	Name         string `json:"name"`
+	FinalUnknown bool   `json:"finalUnknown"`
+	Relist       string `json:"relist"`
+	Changed      int    `json:"changed"`
+}
+
+// viewFile is the consumer's state file (src/view.ts).
+type viewFile struct {
+	StreamSeq uint64 `json:"streamSeq"`
+	Objects   map[string]struct {
+		Source          string `json:"source"`
+		Name            string `json:"name"`
+		UID             string `json:"uid"`
+		ResourceVersion string `json:"resourceVersion"`
+		Deleted         bool   `json:"deleted"`
+	} `json:"objects"`
+}
+
+// view reads the lane's state file: uid → name@resourceVersion of the
+// live objects of source cms.
+func (l *lane) view() (map[string]string, error) {
+	b, err := os.ReadFile(l.state)
+	if err != nil {
+		return nil, err
+	}
+	var v viewFile
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.state, err)
+	}
+	got := map[string]string{}
+	for k, e := range v.Objects {
+		if k != e.Source+"/"+e.UID {
+			return nil, fmt.Errorf("%s: entry %q holds source %q uid %q", l.state, k, e.Source, e.UID)
+		}
+		if e.Source == "cms" && !e.Deleted {
+			got[e.UID] = e.Name + "@" + e.ResourceVersion
+		}
+	}
+	return got, nil
+}
+
+// waitViews waits until every lane's view holds exactly the namespace's
+// ConfigMaps, each with its uid at its current resourceVersion.
+func waitViews(t *testing.T, cs *kubernetes.Clientset, ns string, lanes []*lane, when string) {
+	t.Helper()
+	for _, l := range lanes {
+		testutil.EventuallyUnless(t, 60*time.Second, l.mode+" view equals a LIST "+when, l.alive, func() error {
+			list, err := cs.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			want := map[string]string{}
+			for _, cm := range list.Items {
+				want[string(cm.UID)] = cm.Name + "@" + cm.ResourceVersion
+			}
+			got, err := l.view()
+			if err != nil {
+				return err
+			}
+			if !maps.Equal(got, want) {
+				return fmt.Errorf("view %v\nLIST %v", slices.Sorted(maps.Values(got)), slices.Sorted(maps.Values(want)))
+			}
+			return nil
+		})
+	}
+}
+
+// waitCheckpoints waits until every lane's relayd persisted a position at
+// or after rv in its checkpoint ConfigMap (key "cms.<ns>").
+func waitCheckpoints(t *testing.T, cs *kubernetes.Clientset, cpNS, ns string, lanes []*lane, rv string) {
+	t.Helper()
+	for _, l := range lanes {
+		testutil.Eventually(t, 30*time.Second, l.mode+": checkpoint at "+rv, func() error {
+			cm, err := cs.CoreV1().ConfigMaps(cpNS).Get(t.Context(), "relayd-checkpoint-"+l.cluster, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			var pos struct {
+				ResourceVersion string `json:"resourceVersion"`
+			}
+			if err := json.Unmarshal([]byte(cm.Data["cms."+ns]), &pos); err != nil {
+				return fmt.Errorf("checkpoint key cms.%s: %w", ns, err)
+			}
+			if c, err := resourceversion.CompareResourceVersion(pos.ResourceVersion, rv); err != nil || c < 0 {
+				return fmt.Errorf("checkpoint at %q (%v)", pos.ResourceVersion, err)
+			}
+			return nil
+		})
+	}
+}
+
+// lines keeps what a process prints on stdout, safe for the writer and a
+// reader at once.
+type lines struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lines) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// parsed returns the complete lines printed so far, decoded; a line that
+// is not the consumer's JSON fails the test.
+func (l *lines) parsed(t *testing.T) []output {
+	t.Helper()
+	var out []output
+	text := l.text()
+	text = text[:strings.LastIndexByte(text, '\n')+1] // a line still being written is left for later
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var o output
+		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
+			t.Fatalf("the consumer printed %q: %v", sc.Text(), err)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func (l *lines) String() string { return l.text() }
+
+// cms makes ConfigMap changes in one namespace.
+type cms struct {
+	t      *testing.T
+	cs     *kubernetes.Clientset
+	ns     string
+	n      int
+	lastRV string // of the last create or update
+}
+
+func (c *cms) create(name string) {
+	c.t.Helper()
+	cm, err := c.cs.CoreV1().ConfigMaps(c.ns).Create(c.t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Data:       map[string]string{"v": "0", "secret": "s3cr3t"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.lastRV = cm.ResourceVersion
+}
+
+func (c *cms) update(name string) {
+	c.t.Helper()
+	cm, err := c.cs.CoreV1().ConfigMaps(c.ns).Get(c.t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.n++
+	cm.Data["v"] = fmt.Sprint(c.n)
+	cm, err = c.cs.CoreV1().ConfigMaps(c.ns).Update(c.t.Context(), cm, metav1.UpdateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.lastRV = cm.ResourceVersion
+}
+
+func (c *cms) delete(name string) {
+	c.t.Helper()
+	if err := c.cs.CoreV1().ConfigMaps(c.ns).Delete(c.t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
