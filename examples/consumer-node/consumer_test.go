@@ -243,8 +243,11 @@ func (l *lane) start(t *testing.T, js jetstream.JetStream, script, kubeconfig st
 	if l.stdout == nil {
 		l.stdout, l.stderr = &lines{}, &lines{}
 	}
-	cmd := exec.Command("node", script, "--server", natsSrv.URL(), "--stream", l.stream, "--cluster", l.cluster,
-		"--durable", "node", "--state", l.state, "--kubeconfig", kubeconfig)
+	args := []string{script, "--server", natsSrv.URL(), "--stream", l.stream, "--cluster", l.cluster, "--durable", "node", "--state", l.state}
+	if kubeconfig != "" {
+		args = append(args, "--kubeconfig", kubeconfig)
+	}
+	cmd := exec.Command("node", args...)
 	cmd.Stdout, cmd.Stderr = l.stdout, l.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -325,6 +328,22 @@ type viewFile struct {
 // view reads the lane's state file: uid → name@resourceVersion of the
 // live objects of source cms.
 func (l *lane) view() (map[string]string, error) {
+	all, err := l.viewAll()
+	if err != nil {
+		return nil, err
+	}
+	got := map[string]string{}
+	for k, v := range all {
+		if uid, ok := strings.CutPrefix(k, "cms/"); ok {
+			got[uid] = v
+		}
+	}
+	return got, nil
+}
+
+// viewAll reads the lane's state file: source/uid → name@resourceVersion
+// of the live objects.
+func (l *lane) viewAll() (map[string]string, error) {
 	b, err := os.ReadFile(l.state)
 	if err != nil {
 		return nil, err
@@ -338,8 +357,8 @@ func (l *lane) view() (map[string]string, error) {
 		if k != e.Source+"/"+e.UID {
 			return nil, fmt.Errorf("%s: entry %q holds source %q uid %q", l.state, k, e.Source, e.UID)
 		}
-		if e.Source == "cms" && !e.Deleted {
-			got[e.UID] = e.Name + "@" + e.ResourceVersion
+		if !e.Deleted {
+			got[k] = e.Name + "@" + e.ResourceVersion
 		}
 	}
 	return got, nil
