@@ -27,6 +27,7 @@ import (
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/internal/testutil"
+	"github.com/relayd/relayd/pkg/stream"
 )
 
 var (
@@ -234,7 +235,7 @@ sources:
 
 // start starts the Node.js consumer of the lane (once relayd created its
 // stream), keeping what it prints.
-func (l *lane) start(t *testing.T, js jetstream.JetStream, script, kubeconfig string) {
+func (l *lane) start(t *testing.T, js jetstream.JetStream, script, kubeconfig string, extra ...string) {
 	t.Helper()
 	testutil.Eventually(t, 60*time.Second, l.stream+" exists", func() error {
 		_, err := js.Stream(t.Context(), l.stream)
@@ -247,6 +248,7 @@ func (l *lane) start(t *testing.T, js jetstream.JetStream, script, kubeconfig st
 	if kubeconfig != "" {
 		args = append(args, "--kubeconfig", kubeconfig)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command("node", args...)
 	cmd.Stdout, cmd.Stderr = l.stdout, l.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -494,5 +496,98 @@ func (c *cms) delete(name string) {
 	c.t.Helper()
 	if err := c.cs.CoreV1().ConfigMaps(c.ns).Delete(c.t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		c.t.Fatal(err)
+	}
+}
+
+// docs/CONSUMING.md, "Bootstrapping a new consumer": a new consumer on a
+// stream that lost its beginning (30 messages, discard old) starts after
+// the stream's last message and loads its view by a LIST of its --follow
+// scope; its view then equals a LIST, it applies no message stored before
+// it started, and it follows the changes after.
+func TestNodeConsumerBootstrapsByAList(t *testing.T) {
+	script := buildConsumer(t)
+	ctx := t.Context()
+	ns, cpNS := env.Namespace(t), env.Namespace(t)
+	cs := env.Clientset(t, false)
+	nc, err := nats.Connect(natsSrv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig, false); err != nil {
+		t.Fatal(err)
+	}
+	c := &cms{t: t, cs: cs, ns: ns}
+	for i := range 4 {
+		c.create(fmt.Sprintf("cm-%d", i))
+	}
+	n := runs.Add(1)
+	l := &lane{mode: "structured", cluster: fmt.Sprint("ndboot", n), stream: fmt.Sprint("NDBOOT", n), state: filepath.Join(t.TempDir(), "view.json")}
+	cfg := stream.Want{Name: l.stream, Subject: "k8s." + l.cluster + ".>", DuplicateWindow: 2 * time.Minute, MaxAge: time.Hour, MaxBytes: -1,
+		Storage: jetstream.FileStorage}.Config()
+	cfg.MaxMsgs, cfg.Discard = 30, jetstream.DiscardOld
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	l.relayd = env.Relayd(t, relaydConfig(l, ns, cpNS))
+	l.relayd.Start()
+	s, err := js.Stream(ctx, l.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "relayd's initial list", func() error {
+		_, err := s.GetLastMsgForSubject(ctx, "k8s."+l.cluster+"._relayd.cms.sync.completed")
+		return err
+	})
+	for range 40 {
+		c.update("cm-3")
+	}
+	testutil.Eventually(t, 60*time.Second, "relayd published the last change", func() error {
+		m, err := s.GetLastMsgForSubject(ctx, "k8s."+l.cluster+".core.v1.configmaps."+ns+".cm-3.modified")
+		if err != nil {
+			return err
+		}
+		if id := m.Header.Get("Nats-Msg-Id"); !strings.HasSuffix(id, "/"+c.lastRV) {
+			return fmt.Errorf("last cm-3 message %s, want resourceVersion %s", id, c.lastRV)
+		}
+		return nil
+	})
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.FirstSeq <= 1 {
+		t.Fatalf("the stream starts at %d: it lost nothing", info.State.FirstSeq)
+	}
+	l.start(t, js, script, kubeconfig, "--follow", "cms=v1/configmaps@"+ns)
+	t.Cleanup(func() {
+		l.kill()
+		if t.Failed() {
+			t.Logf("consumer stdout:\n%s\nstderr:\n%s", l.stdout.text(), l.stderr.String())
+		}
+	})
+	waitViews(t, cs, ns, []*lane{l}, "a new consumer bootstrapped by a LIST")
+	c.update("cm-0")
+	c.delete("cm-1")
+	waitViews(t, cs, ns, []*lane{l}, "after changes once bootstrapped")
+	relists := 0
+	for _, o := range l.stdout.parsed(t) {
+		if o.Relist != "" {
+			relists++
+			if o.Relist != "bootstrap" || o.Source != "cms" || o.Changed != 4 {
+				t.Errorf("LIST %+v, want bootstrap of source cms loading 4 objects", o)
+			}
+		}
+		if o.Seq != 0 && o.Seq <= info.State.LastSeq {
+			t.Errorf("applied message %d, stored before the consumer started (the stream ended at %d)", o.Seq, info.State.LastSeq)
+		}
+	}
+	if relists != 1 {
+		t.Errorf("%d LISTs printed, want 1", relists)
 	}
 }
