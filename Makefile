@@ -167,5 +167,5 @@ clean: ## Remove build output (keeps the test-server cache; `make distclean` rem
 	rm -rf $(BIN)
 
 .PHONY: distclean
-distclean: clean ## Also remove the cached test servers.
-	rm -rf .cache
+distclean: clean ## Also remove the cached test servers and the Node.js example's npm packages and build.
+	rm -rf .cache examples/consumer-node/node_modules examples/consumer-node/dist
