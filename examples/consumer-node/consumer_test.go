@@ -311,6 +311,7 @@ type output struct {
 	Action       string `json:"action"`
 	Name         string `json:"name"`
 	FinalUnknown bool   `json:"finalUnknown"`
+	Scope        string `json:"scope"`
 	Relist       string `json:"relist"`
 	Changed      int    `json:"changed"`
 }
@@ -370,9 +371,16 @@ func (l *lane) viewAll() (map[string]string, error) {
 // ConfigMaps, each with its uid at its current resourceVersion.
 func waitViews(t *testing.T, cs *kubernetes.Clientset, ns string, lanes []*lane, when string) {
 	t.Helper()
+	waitViewsSelected(t, cs, ns, "", lanes, when)
+}
+
+// waitViewsSelected is waitViews for the ConfigMaps a label selector
+// selects.
+func waitViewsSelected(t *testing.T, cs *kubernetes.Clientset, ns, selector string, lanes []*lane, when string) {
+	t.Helper()
 	for _, l := range lanes {
 		testutil.EventuallyUnless(t, 60*time.Second, l.mode+" view equals a LIST "+when, l.alive, func() error {
-			list, err := cs.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{})
+			list, err := cs.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
 			if err != nil {
 				return err
 			}
@@ -589,5 +597,89 @@ func TestNodeConsumerBootstrapsByAList(t *testing.T) {
 	}
 	if relists != 1 {
 		t.Errorf("%d LISTs printed, want 1", relists)
+	}
+}
+
+// With a filtered source, the Node.js consumer's view holds exactly the
+// objects in the filter's scope: a scope-left delete (relaydscope left)
+// removes an object that still exists, a scope-entered add (relaydscope
+// entered) adds one that existed; in both CloudEvents modes.
+func TestNodeConsumerFollowsAFilter(t *testing.T) {
+	script := buildConsumer(t)
+	ctx := t.Context()
+	ns, cpNS := env.Namespace(t), env.Namespace(t)
+	cs := env.Clientset(t, false)
+	nc, err := nats.Connect(natsSrv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := runs.Add(1)
+	lanes := []*lane{
+		{mode: "structured", cluster: fmt.Sprint("ndfs", run), stream: fmt.Sprint("NDFS", run)},
+		{mode: "binary", cluster: fmt.Sprint("ndfb", run), stream: fmt.Sprint("NDFB", run)},
+	}
+	stateDir := t.TempDir()
+	for _, l := range lanes {
+		l.state = filepath.Join(stateDir, l.cluster+".json")
+		l.relayd = env.Relayd(t, relaydConfig(l, ns, cpNS)+
+			"    filter: \"has(object.metadata.labels) && 'in' in object.metadata.labels\"\n")
+		l.relayd.Env = []string{"RELAYD_INDEX_CHECK=1"}
+		l.relayd.Start()
+		l.start(t, js, script, "")
+	}
+	t.Cleanup(func() {
+		for _, l := range lanes {
+			l.kill()
+			if t.Failed() {
+				t.Logf("%s consumer stdout:\n%s\nstderr:\n%s", l.mode, l.stdout.text(), l.stderr.String())
+			}
+		}
+	})
+	for _, l := range lanes {
+		l.waitFor(t, "the initial snapshot is consumed", func(o output) bool { return o.Event == "sync.completed" && o.Reason == "initial" })
+	}
+	cms := cs.CoreV1().ConfigMaps(ns)
+	for _, name := range []string{"a", "b", "c"} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": "0"}}
+		if name != "c" {
+			cm.Labels = map[string]string{"in": "1"}
+		}
+		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitViewsSelected(t, cs, ns, "in", lanes, "of the filter's scope after creates")
+	set := func(name string, in bool) {
+		t.Helper()
+		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Labels = nil
+		if in {
+			cm.Labels = map[string]string{"in": "1"}
+		}
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("a", false) // leaves
+	set("c", true)  // enters
+	waitViewsSelected(t, cs, ns, "in", lanes, "of the filter's scope after a left and c entered")
+	for _, l := range lanes {
+		var scoped []string
+		for _, o := range l.stdout.parsed(t) {
+			if o.Scope != "" {
+				scoped = append(scoped, o.Name+":"+o.Event+":"+o.Scope+":"+o.Action)
+			}
+		}
+		if want := []string{"a:deleted:left:delete", "c:added:entered:store"}; !slices.Equal(scoped, want) {
+			t.Errorf("%s: scope events applied %v, want %v", l.mode, scoped, want)
+		}
 	}
 }
