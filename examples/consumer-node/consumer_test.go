@@ -511,7 +511,9 @@ func (c *cms) delete(name string) {
 // stream that lost its beginning (30 messages, discard old) starts after
 // the stream's last message and loads its view by a LIST of its --follow
 // scope; its view then equals a LIST, it applies no message stored before
-// it started, and it follows the changes after.
+// it started, and it follows the changes after. Killed, and restarted once
+// messages it did not read (a delete among them) left the stream, it
+// LISTs again before it resumes, and its view equals a LIST.
 func TestNodeConsumerBootstrapsByAList(t *testing.T) {
 	script := buildConsumer(t)
 	ctx := t.Context()
@@ -583,20 +585,60 @@ func TestNodeConsumerBootstrapsByAList(t *testing.T) {
 	c.update("cm-0")
 	c.delete("cm-1")
 	waitViews(t, cs, ns, []*lane{l}, "after changes once bootstrapped")
-	relists := 0
+
+	// The consumer down while messages it did not read leave the stream,
+	// a delete among them: restarted, it LISTs before it resumes.
+	l.kill()
+	b, err := os.ReadFile(l.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v viewFile
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	c.delete("cm-2")
+	for range 40 {
+		c.update("cm-3")
+	}
+	testutil.Eventually(t, 60*time.Second, "the stream lost cm-2's delete, which the consumer did not read", func() error {
+		// relayd published the last change, so cm-2's delete before it.
+		m, err := s.GetLastMsgForSubject(ctx, "k8s."+l.cluster+".core.v1.configmaps."+ns+".cm-3.modified")
+		if err != nil {
+			return err
+		}
+		if id := m.Header.Get("Nats-Msg-Id"); !strings.HasSuffix(id, "/"+c.lastRV) {
+			return fmt.Errorf("last cm-3 message %s, want resourceVersion %s", id, c.lastRV)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.FirstSeq <= v.StreamSeq+1 {
+			return fmt.Errorf("the stream starts at %d, the consumer read up to %d", info.State.FirstSeq, v.StreamSeq)
+		}
+		if _, err := s.GetLastMsgForSubject(ctx, "k8s."+l.cluster+".core.v1.configmaps."+ns+".cm-2.deleted"); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("cm-2's delete: %v", err)
+		}
+		return nil
+	})
+	l.start(t, js, script, kubeconfig, "--follow", "cms=v1/configmaps@"+ns)
+	waitViews(t, cs, ns, []*lane{l}, "a consumer restarted after the stream lost messages it did not read")
+
+	var relists []string
 	for _, o := range l.stdout.parsed(t) {
 		if o.Relist != "" {
-			relists++
-			if o.Relist != "bootstrap" || o.Source != "cms" || o.Changed != 4 {
-				t.Errorf("LIST %+v, want bootstrap of source cms loading 4 objects", o)
-			}
+			relists = append(relists, fmt.Sprintf("%s %s %d", o.Relist, o.Source, o.Changed))
 		}
 		if o.Seq != 0 && o.Seq <= info.State.LastSeq {
 			t.Errorf("applied message %d, stored before the consumer started (the stream ended at %d)", o.Seq, info.State.LastSeq)
 		}
 	}
-	if relists != 1 {
-		t.Errorf("%d LISTs printed, want 1", relists)
+	// bootstrap: the 4 ConfigMaps; lost-messages: cm-2's tombstone and at
+	// least cm-3's newer version.
+	if len(relists) != 2 || relists[0] != "bootstrap cms 4" || !strings.HasPrefix(relists[1], "lost-messages cms ") || relists[1] == "lost-messages cms 0" ||
+		relists[1] == "lost-messages cms 1" {
+		t.Errorf("LISTs %q, want [bootstrap cms 4] then lost-messages of cms changing at least 2 entries", relists)
 	}
 }
 

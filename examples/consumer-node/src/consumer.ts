@@ -219,6 +219,7 @@ async function run(nc: NatsConnection, o: Options): Promise<void> {
   const dog = new Watchdog();
   const timers = [
     setInterval(() => dog.check(Date.now()), 1000),
+    setInterval(() => o.view.flush(), 1000),
     setInterval(() => {
       const n = o.view.pruneTombstones(new Date(Date.now() - o.tombstoneTTLMs));
       if (n > 0) {
@@ -236,6 +237,7 @@ async function run(nc: NatsConnection, o: Options): Promise<void> {
     }
   } finally {
     timers.forEach(clearInterval);
+    o.view.flush();
   }
 }
 
@@ -276,7 +278,8 @@ async function handle(o: Options, m: JsMsg, dog: Watchdog): Promise<unknown> {
     const kind = check(o.prefix, o.cluster, m.subject, headers.get("nats-msg-id") ?? "", env);
     if (kind === "heartbeat") {
       dog.beat(env, m.info.pending);
-      return undefined; // not part of the view
+      o.view.advance(seq); // not part of the view; the position is written within a second
+      return undefined;
     }
     dog.seen(m.info.pending);
     const base = { seq, event: env.type.slice(o.prefix.length + 1).replace(/^(object|source)\./, ""), source: env.relaydsource, namespace: env.k8snamespace ?? "" };

@@ -178,9 +178,28 @@ export class View {
 
   /** save writes the view, and seq as the last stream sequence applied, to its file (whole, renamed over the old one). */
   save(seq?: number): void {
-    if (seq !== undefined && seq > this.state.streamSeq) this.state.streamSeq = seq;
+    this.advance(seq);
     const tmp = `${this.path}.tmp`;
     writeFileSync(tmp, JSON.stringify(this.state));
     renameSync(tmp, this.path);
+    this.dirty = false;
+  }
+
+  private dirty = false;
+
+  /**
+   * advance records seq as the last stream sequence read without changing
+   * the view (a heartbeat): written by the next save or flush, not at once.
+   */
+  advance(seq?: number): void {
+    if (seq !== undefined && seq > this.state.streamSeq) {
+      this.state.streamSeq = seq;
+      this.dirty = true;
+    }
+  }
+
+  /** flush saves the view if advance recorded a sequence since the last save. */
+  flush(): void {
+    if (this.dirty) this.save();
   }
 }
