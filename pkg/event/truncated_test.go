@@ -261,3 +261,88 @@ func TestTruncatedStructuredIsJSON(t *testing.T) {
 		t.Fatalf("invalid JSON: %.300s", msg.Data)
 	}
 }
+
+// Whatever managedFields entries writers make (n entries of the same
+// second, managers and subresources of any bytes), the event encodes under
+// NATS's default max payload, each extension within MaxExtensionBytes, and
+// the lists name the first entries, item for item (a single one possibly
+// cut), flagged relaydtruncated when they name less.
+func FuzzWriterExtensionsFit(f *testing.F) {
+	f.Add(uint16(1), "kubectl", "")
+	f.Add(uint16(17), "m", "status")
+	f.Add(uint16(1000), strings.Repeat("%,", 64), strings.Repeat("%", 256))
+	f.Add(uint16(2), strings.Repeat("é", 1100), "\x01\"")
+	f.Fuzz(func(t *testing.T, n uint16, manager, sub string) {
+		n = n%200 + 1
+		var es []string
+		var managers, subs []string
+		for i := range int(n) {
+			m := fmt.Sprintf("%s%d", manager, i)
+			mj, _ := json.Marshal(m)
+			sj, _ := json.Marshal(sub)
+			es = append(es, `{"manager":`+string(mj)+`,"operation":"Apply","time":"`+capTime+`","subresource":`+string(sj)+`}`)
+			var dm, ds string // as encoding/json decodes them
+			if json.Unmarshal(mj, &dm) != nil || json.Unmarshal(sj, &ds) != nil {
+				t.Fatal("json round trip")
+			}
+			managers, subs = append(managers, dm), append(subs, ds)
+		}
+		a, _ := authorOf(t, es...)
+		ch := cmChange(a)
+		ch.Data = nil
+		unescape := strings.NewReplacer("%2C", ",", "%25", "%")
+		// check says whether the list v names want[:named], a single value
+		// possibly cut (then it returns true: cut).
+		check := func(name, v string, want []string, named int) (cut bool) {
+			if len(v) > MaxExtensionBytes {
+				t.Fatalf("%s of %d bytes", name, len(v))
+			}
+			if named == 1 {
+				if v != want[0] && (!strings.HasPrefix(want[0], v) || len(want[0]) <= MaxExtensionBytes) {
+					t.Fatalf("%s %.80q, want %.80q", name, v, want[0])
+				}
+				return v != want[0]
+			}
+			items := strings.Split(v, ",")
+			if len(items) != named {
+				t.Fatalf("%s has %d items, k8soperation %d", name, len(items), named)
+			}
+			for i, it := range items {
+				if unescape.Replace(it) != want[i] {
+					t.Fatalf("%s item %d %.80q, want %.80q", name, i, unescape.Replace(it), want[i])
+				}
+			}
+			return false
+		}
+		for _, env := range encodeBoth(t, ch, 1<<20) {
+			named := len(strings.Split(env.K8sOperation, ","))
+			if named > MaxAuthorEntries || named > int(n) {
+				t.Fatalf("%d entries named of %d", named, n)
+			}
+			want := ""
+			if named < int(n) {
+				want = "k8smanager,k8soperation,k8ssubresource"
+			}
+			mcut := check("k8smanager", env.K8sManager, managers, named)
+			scut := false
+			if sub != "" {
+				scut = check("k8ssubresource", env.K8sSubresource, subs, named)
+			} else if env.K8sSubresource != "" {
+				t.Fatalf("k8ssubresource %.80q, want none", env.K8sSubresource)
+			}
+			if want == "" {
+				var cut []string
+				if mcut {
+					cut = append(cut, "k8smanager")
+				}
+				if scut {
+					cut = append(cut, "k8ssubresource")
+				}
+				want = strings.Join(cut, ",")
+			}
+			if env.RelaydTruncated != want {
+				t.Fatalf("%d of %d entries named (cut: manager %v, subresource %v), relaydtruncated %q, want %q", named, n, mcut, scut, env.RelaydTruncated, want)
+			}
+		}
+	})
+}
