@@ -49,7 +49,7 @@ func heavyEntries(n int) []metav1.ManagedFieldsEntry {
 		out[i] = metav1.ManagedFieldsEntry{
 			Manager: heavyManager(i), Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", Time: &at,
 			Subresource: heavySubresource, FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{"f:` + dataKey(i) + `":{}}}`)},
+			FieldsV1: metav1.NewFieldsV1(`{"f:data":{"f:` + dataKey(i) + `":{}}}`),
 		}
 	}
 	return out
