@@ -36,7 +36,7 @@ type Author struct {
 
 // MaxAuthorEntries is how many managedFields entries the extensions
 // k8smanager, k8soperation and k8ssubresource name at most: the first ones,
-// in the order of managedFields (docs/CONSUMING.md, "Who changed it").
+// in the order of managedFields (docs/CONSUMING.md, "Truncated extensions").
 const MaxAuthorEntries = 16
 
 // MaxExtensionBytes is the most bytes the value of each extension computed
@@ -64,7 +64,8 @@ const (
 	authorSubresource
 )
 
-// Len is the number of entries named.
+// Len is the number of entries named: at most MaxAuthorEntries (the
+// Encoder may name fewer, within MaxExtensionBytes).
 func (a *Author) Len() int { return a.n }
 
 func (a *Author) entry(i int) *authorEntry {
