@@ -346,3 +346,27 @@ func FuzzWriterExtensionsFit(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkEncodeTruncated is the encode of an event whose author lists
+// are capped: 1,000 managedFields entries of the same second with the
+// longest percent-heavy names (the cost of the caps is that of the
+// entries named, not of those left out).
+func BenchmarkEncodeTruncated(b *testing.B) {
+	var es []string
+	for i := range 1000 {
+		es = append(es, capEntry(fmt.Sprintf("%04d", i)+strings.Repeat("%,", 62), strings.Repeat("%", 256), capTime))
+	}
+	a, _ := authorOf(b, es...)
+	for _, binary := range []bool{false, true} {
+		b.Run(map[bool]string{false: "structured", true: "binary"}[binary], func(b *testing.B) {
+			e := newTestEncoder(b, EncoderOptions{Cluster: "prod", Source: "cms", Binary: binary, MaxPayload: 1 << 20})
+			c := cmChange(a)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.Encode(c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
