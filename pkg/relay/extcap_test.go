@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
 )
 
@@ -219,4 +220,59 @@ func checkHeavyEvent(t *testing.T, m msg, mf []metav1.ManagedFieldsEntry) {
 		}
 	}
 	t.Logf("message %d: k8smanager names %d of %d entries (%d bytes), relaydtruncated %q", m.Seq, len(managers), len(mf), len(e.K8sManager), e.RelaydTruncated)
+}
+
+// Under a small max payload, an event that does not fit even without data
+// because of its managedFields extensions is sent without them (the
+// documented form without data, relaydtruncated naming them), and the
+// source goes on: only the object's identity can stall a source. (Before,
+// the source stalled at such an object.)
+func TestUnencodableForItsManagedFieldsIsSentWithoutThem(t *testing.T) {
+	for _, mode := range []string{"structured", "binary"} {
+		t.Run(mode, func(t *testing.T) {
+			// Over the sync markers, index entries and the events of the
+			// other objects; under the event without data of an object
+			// with heavy managedFields (about 3 KiB of extensions).
+			n := testenv.NATST(t, testenv.NATSOptions{MaxPayload: 2048})
+			f := newFixture(t, env, n, cmSource+"\ncloudevents:\n  mode: "+mode)
+			r := f.start(nil, true)
+			ctx := t.Context()
+			const entries = 20
+			created, err := createKeyed(ctx, f.cs, f.ns, "heavy", entries)
+			if err != nil {
+				t.Fatal(err)
+			}
+			heavy, err := setManagedFields(ctx, f.cs, created, entries)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := f.createCM("after", nil, nil)
+
+			got := f.waitStored(60*time.Second, isEvent("modified", "heavy", heavy.ResourceVersion), isEvent("added", "after", after.ResourceVersion))
+			var heavySeq, afterSeq uint64
+			for _, m := range got {
+				e := m.Env
+				switch {
+				case e.K8sName == "after":
+					afterSeq = m.Seq
+				case e.K8sName == "heavy" && e.K8sResourceVersion == heavy.ResourceVersion:
+					heavySeq = m.Seq
+					if !e.RelaydUnencodable || !e.RelaydOversize || e.RelaydPayload != "none" || len(e.Data) != 0 || e.K8sUID != string(heavy.UID) ||
+						e.K8sManager != "" || e.K8sOperation != "" || e.K8sSubresource != "" || e.RelaydTruncated != "k8smanager,k8soperation,k8ssubresource" {
+						t.Errorf("message %d: unencodable %v oversize %v payload %q data %q uid %s manager %.40q operation %.40q subresource %.40q truncated %q, want the event without data or managedFields extensions",
+							m.Seq, e.RelaydUnencodable, e.RelaydOversize, e.RelaydPayload, e.Data, e.K8sUID, e.K8sManager, e.K8sOperation, e.K8sSubresource, e.RelaydTruncated)
+					}
+				}
+			}
+			if afterSeq < heavySeq {
+				t.Errorf("the next object's event (seq %d) was stored before the heavy one's (seq %d)", afterSeq, heavySeq)
+			}
+			if v := metricValue(t, r.reg, "relayd_publish_errors_total", map[string]string{"source": "cms", "reason": "unencodable"}); v != 0 {
+				t.Errorf("relayd_publish_errors_total{cms,unencodable} = %v, want 0", v)
+			}
+			if v := metricValue(t, r.reg, "relayd_events_unencodable_total", map[string]string{"source": "cms"}); v < 1 {
+				t.Errorf("relayd_events_unencodable_total{cms} = %v, want >= 1", v)
+			}
+		})
+	}
 }
