@@ -24,8 +24,9 @@ import (
 // structured mode (one application/cloudevents+json document) and in binary
 // mode (ce-* headers, the object as body), a resync delete with its final
 // state unknown, an oversize event with a dotted name, the same change as
-// the first sent without data (its reference exceeds the max payload), and
-// the sync control events. TestEventGoldenFiles checks that the encoder writes those bytes
+// the first sent without data (its reference exceeds the max payload), a
+// modified event whose author lists are capped (relaydtruncated), and the
+// sync control events. TestEventGoldenFiles checks that the encoder writes those bytes
 // and that DecodeMessage reads them back to the expected attributes.
 //
 // A golden file is a NATS message as text: "subject: <subject>", then the
