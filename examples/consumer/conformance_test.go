@@ -130,7 +130,7 @@ func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetst
 		"relaydpayload": env.RelaydPayload, "relayddropped": env.RelaydDropped,
 		"k8smanager": env.K8sManager, "k8soperation": env.K8sOperation, "k8ssubresource": env.K8sSubresource,
 		"relaydchanged": env.RelaydChanged, "relaydchangedunknown": env.RelaydChangedUnknown,
-		"relaydscope": env.RelaydScope,
+		"relaydscope": env.RelaydScope, "relaydtruncated": env.RelaydTruncated,
 	}
 	if env.RelaydOversize {
 		want["relaydoversize"] = "true"
@@ -219,6 +219,9 @@ func checkMessage(t *testing.T, schema *jsonschema.Schema, mode string, m *jetst
 	if env.RelaydUnencodable {
 		kinds = append(kinds, "relaydunencodable")
 	}
+	if env.RelaydTruncated != "" {
+		kinds = append(kinds, "relaydtruncated")
+	}
 	if env.RelaydScope != "" {
 		kinds = append(kinds, env.Type[strings.LastIndexByte(env.Type, '.')+1:]+" relaydscope="+env.RelaydScope)
 	}
@@ -249,7 +252,9 @@ func jsonEqual(a, b []byte) bool {
 // the relays of the conformance test do not produce: an event sent without
 // data because even its reference exceeded the NATS max payload, and a
 // modified event with relaydchangedunknown (next to relaydchanged), and the
-// scope-left delete and scope-entered add (relaydscope). (The other
+// scope-left delete and scope-entered add (relaydscope), and a modified
+// event whose k8smanager names only the first 16 entries
+// (relaydtruncated). (The other
 // golden events are not all for sdk-go: its HTTP binding does not
 // percent-decode ce-* header values, such as the %22 of a binary
 // relayddropped with quotes.)
@@ -264,8 +269,9 @@ func TestGoldenEventsConform(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(root, "pkg", "event", "testdata", "golden", "*-unencodable.msg"))
 	changed, err2 := filepath.Glob(filepath.Join(root, "pkg", "event", "testdata", "golden", "*-changed.msg"))
 	scoped, err3 := filepath.Glob(filepath.Join(root, "pkg", "event", "testdata", "golden", "*-scope-*.msg"))
-	files = append(append(files, changed...), scoped...)
-	if err = errors.Join(err, err2, err3); err != nil || len(files) < 8 {
+	truncated, err4 := filepath.Glob(filepath.Join(root, "pkg", "event", "testdata", "golden", "*-truncated.msg"))
+	files = append(append(append(files, changed...), scoped...), truncated...)
+	if err = errors.Join(err, err2, err3, err4); err != nil || len(files) < 10 {
 		t.Fatalf("no golden events (%v)", err)
 	}
 	seen := map[string]int{}
@@ -297,6 +303,9 @@ func TestGoldenEventsConform(t *testing.T) {
 	}
 	if seen["deleted relaydscope=left"] != 2 || seen["added relaydscope=entered"] != 2 {
 		t.Errorf("want the structured and the binary golden events with relaydscope left and entered, saw %v", seen)
+	}
+	if seen["relaydtruncated"] != 2 {
+		t.Errorf("want the structured and the binary golden event with relaydtruncated, saw %v", seen)
 	}
 	if seen["relaydunencodable"] != 2 {
 		t.Errorf("want the structured and the binary golden event without data, saw %v", seen)

@@ -1,6 +1,10 @@
 package event
 
-import "github.com/cespare/xxhash/v2"
+import (
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
+)
 
 // Author is who made an object's change, as its metadata.managedFields
 // records it: the field manager, the operation (Apply or Update) and the
@@ -10,15 +14,39 @@ import "github.com/cespare/xxhash/v2"
 // managedFields. The zero Author names nobody (no managedFields, or no
 // entry with a time).
 //
+// An Author names at most MaxAuthorEntries entries, the first ones in the
+// order of managedFields; the Encoder cuts what it names further so that
+// each of the three extensions stays within MaxExtensionBytes (capped).
+//
 // An Author aliases the Raw of the Object it was read from.
 type Author struct {
 	raw []byte
 	n   int
+	// left is how many more entries qualified than the n named (past
+	// MaxAuthorEntries).
+	left int
+	// cut: the one entry named has values longer than MaxExtensionBytes,
+	// which the extensions carry cut to that length (capped).
+	cut bool
 	e   [inlineAuthors]authorEntry
 	// more holds the entries past the first inlineAuthors (rare: that many
 	// managers in one second).
 	more []authorEntry
 }
+
+// MaxAuthorEntries is how many managedFields entries the extensions
+// k8smanager, k8soperation and k8ssubresource name at most: the first ones,
+// in the order of managedFields (docs/CONSUMING.md, "Truncated extensions").
+const MaxAuthorEntries = 16
+
+// MaxExtensionBytes is the most bytes the value of each extension computed
+// from what writers put in the object (k8smanager, k8soperation,
+// k8ssubresource, relaydchanged, relaydchangedunknown) has, as the
+// CloudEvents attribute value (before a ce-* header's percent-encoding or
+// JSON's escaping, which at most multiply it by 3 and 6): the Encoder names
+// only the entries or paths that fit, and flags the event relaydtruncated
+// (docs/CONSUMING.md, "Truncated extensions").
+const MaxExtensionBytes = 2048
 
 // inlineAuthors entries of an Author need no allocation.
 const inlineAuthors = 4
@@ -36,7 +64,8 @@ const (
 	authorSubresource
 )
 
-// Len is the number of entries named.
+// Len is the number of entries named: at most MaxAuthorEntries (the
+// Encoder may name fewer, within MaxExtensionBytes).
 func (a *Author) Len() int { return a.n }
 
 func (a *Author) entry(i int) *authorEntry {
@@ -85,6 +114,13 @@ func (a *Author) has(p int) bool {
 // split unambiguously and item i of each list describes the same entry (an
 // entry without a subresource is an empty item).
 func (a *Author) appendPart(dst []byte, p int) []byte {
+	if a.cut {
+		start := len(dst)
+		a.cut = false
+		dst = a.appendPart(dst, p)
+		a.cut = true
+		return dst[:start+cutLen(dst[start:], MaxExtensionBytes)]
+	}
 	list := a.n > 1
 	for i := range a.n {
 		if i > 0 {
@@ -128,7 +164,7 @@ func listEscape(dst, s []byte) []byte {
 // contents of a single plain value as they are (valid JSON string contents
 // already: no allocation), anything else decoded, joined and re-escaped.
 func (a *Author) appendJSONPart(dst []byte, p int) []byte {
-	if a.n == 1 {
+	if a.n == 1 && !a.cut {
 		sp := a.e[0].part(p)
 		s := a.raw[sp.start:sp.end]
 		if sp.flags&strEscaped == 0 {
@@ -246,8 +282,8 @@ type entryScan struct {
 }
 
 func (sc *entryScan) reset() {
-	sc.changed.n, sc.changed.more = 0, sc.changed.more[:0]
-	sc.newest.n, sc.newest.more = 0, sc.newest.more[:0]
+	sc.changed.clear()
+	sc.newest.clear()
 	sc.latest, sc.digest, sc.n = strSpan{}, 0, 0
 }
 
@@ -265,7 +301,8 @@ func (sc *entryScan) add(start, end int, fields [2]int, e authorEntry, t strSpan
 	if t.end > t.start {
 		switch c := compareSpans(sc.data, t, sc.latest); {
 		case c > 0:
-			sc.latest, sc.newest.n, sc.newest.more = t, 0, sc.newest.more[:0]
+			sc.latest = t
+			sc.newest.clear()
 			sc.newest.add(e)
 		case c == 0:
 			sc.newest.add(e)
@@ -366,13 +403,120 @@ func digestHas(d uint64, h uint16) bool {
 	return false
 }
 
+// add names e, if fewer than MaxAuthorEntries are named; otherwise it
+// counts it as left out.
 func (a *Author) add(e authorEntry) {
-	if a.n < inlineAuthors {
+	switch {
+	case a.n >= MaxAuthorEntries:
+		a.left++
+		return
+	case a.n < inlineAuthors:
 		a.e[a.n] = e
-	} else {
+	default:
 		a.more = append(a.more, e)
 	}
 	a.n++
+}
+
+// clear names nobody, keeping the buffer of more.
+func (a *Author) clear() {
+	a.n, a.left, a.cut, a.more = 0, 0, false, a.more[:0]
+}
+
+// cutLen is the length of s cut to at most max bytes without splitting a
+// UTF-8 sequence.
+func cutLen(s []byte, max int) int {
+	if len(s) <= max {
+		return len(s)
+	}
+	n := max
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return n
+}
+
+// capped returns what the extensions of a name within the caps
+// (MaxAuthorEntries, MaxExtensionBytes): a itself when all of it fits, else
+// a copy naming the first entries whose values fit (or, when not even the
+// first one's do, that entry with its values cut), and which extensions
+// that leaves incomplete (truncK8s* bits of the relaydtruncated
+// extension).
+func (a *Author) capped() (*Author, uint8) {
+	if a.n == 0 || (a.left == 0 && a.quickFits()) {
+		return a, 0
+	}
+	var lens [3]int // values of the first k entries as a list
+	var first [3]int
+	var buf []byte
+	k := 0
+	for ; k < a.n; k++ {
+		var item [3]int
+		for p := range 3 {
+			sp := a.entry(k).part(p)
+			buf = appendUnquoted(buf[:0], a.raw[sp.start:sp.end])
+			if k == 0 {
+				first[p] = len(buf)
+			}
+			item[p] = len(buf)
+			for _, c := range buf {
+				if c == '%' || c == ',' {
+					item[p] += 2
+				}
+			}
+		}
+		fits := true
+		for p := range 3 {
+			if lens[p]+b2i(k > 0)+item[p] > MaxExtensionBytes {
+				fits = false
+			}
+		}
+		if !fits {
+			break
+		}
+		for p := range 3 {
+			lens[p] += b2i(k > 0) + item[p]
+		}
+	}
+	if k == a.n && a.left == 0 {
+		return a, 0
+	}
+	c := *a
+	c.n = k
+	if k < 2 {
+		c.n = 1 // named on its own: not list-escaped
+	}
+	c.left += a.n - c.n
+	var trunc uint8
+	if c.left > 0 {
+		trunc = truncK8sManager | truncK8sOperation | truncK8sSubresource
+	}
+	if c.n == 1 {
+		for p, bit := range [3]uint8{truncK8sManager, truncK8sOperation, truncK8sSubresource} {
+			if first[p] > MaxExtensionBytes {
+				c.cut = true
+				trunc |= bit
+			}
+		}
+	}
+	return &c, trunc
+}
+
+// quickFits reports, without decoding, that the values of every named
+// entry fit within MaxExtensionBytes: each raw byte decodes and
+// list-escapes to at most 3.
+func (a *Author) quickFits() bool {
+	for p := range 3 {
+		n := a.n - 1
+		for i := range a.n {
+			sp := a.entry(i).part(p)
+			n += 3 * (sp.end - sp.start)
+		}
+		if n > MaxExtensionBytes {
+			return false
+		}
+	}
+	return true
 }
 
 // compareSpans compares two raw string contents bytewise (managedFields

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,6 +269,12 @@ type Message struct {
 	// only its attributes and extensions name the change. Oversize is
 	// true too.
 	Unencodable bool
+	// Truncated is true when the event carries the relaydtruncated
+	// extension: k8smanager, k8soperation, k8ssubresource, relaydchanged
+	// or relaydchangedunknown did not fit within MaxAuthorEntries and
+	// MaxExtensionBytes (or, on an event without data, the max payload)
+	// and name only part of what they would.
+	Truncated bool
 	// body is the buffer of Data when the Encoder may reuse it (Release).
 	body *body
 }
@@ -327,6 +334,10 @@ func (e *Encoder) Encode(c *Change) (Message, error) {
 		ts = time.Now()
 	}
 	ev := objectEvent{c: c, m: m, ts: ts}
+	var ta, tc uint8
+	ev.author, ta = c.Author.capped()
+	ev.changed, tc = c.Changed.capped()
+	ev.trunc = ta | tc
 	ev.subject, ev.msgID = e.subjectAndMsgID(c, &m)
 	ev.id = ev.msgID[len(e.msgIDPrefix):]
 
@@ -349,7 +360,17 @@ func (e *Encoder) Encode(c *Change) (Message, error) {
 	msg.Release()
 	msg = e.build(&ev, nil, PayloadNone, formBare)
 	msg.Oversize, msg.Unencodable = true, true
-	if size := msg.Size(); size > limit {
+	size := msg.Size()
+	if size > limit && ev.author.n+bits.OnesCount64(ev.changed.Changed|ev.changed.Unknown) > 0 {
+		// Without the extensions writers control: only the object's
+		// identity is left, which the apiserver bounds.
+		ev.trunc |= ev.author.truncBits() | ev.changed.truncBits()
+		ev.author, ev.changed = &Author{}, &ChangedSet{}
+		msg = e.build(&ev, nil, PayloadNone, formBare)
+		msg.Oversize, msg.Unencodable = true, true
+		size = msg.Size()
+	}
+	if size > limit {
 		return Message{}, fmt.Errorf("%s: event of %d bytes (%d with the reference payload, %d without data) exceeds the NATS max payload of %d bytes",
 			describe(c), full, ref, size, limit)
 	}
@@ -373,13 +394,22 @@ type objectEvent struct {
 	msgID   string
 	id      string // suffix of msgID
 	ts      time.Time
+	// author and changed are c.Author and c.Changed within the caps
+	// (capped); trunc names the extensions they leave incomplete.
+	author  *Author
+	changed *ChangedSet
+	trunc   uint8
 }
 
 func (e *Encoder) build(ev *objectEvent, data []byte, mode PayloadMode, f form) Message {
+	var m Message
 	if e.opts.Binary {
-		return e.buildBinary(ev, data, mode, f)
+		m = e.buildBinary(ev, data, mode, f)
+	} else {
+		m = e.buildStructured(ev, data, mode, f)
 	}
-	return e.buildStructured(ev, data, mode, f)
+	m.Truncated = ev.trunc != 0
+	return m
 }
 
 // subjectAndMsgID returns the subject and the MsgID of c, sharing one
@@ -491,7 +521,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	// Fixed text is ~470 bytes; strings are counted twice (subject path,
 	// extensions), escapes are rare and only make append grow once.
 	n := 600 + len(data) + len(ev.id) + dropLen(c.Dropped) + 2*(len(m.Namespace)+len(m.Name)+len(r.Group)+len(r.Version)+len(r.Resource)) +
-		len(m.APIVersion) + len(m.Kind) + len(m.UID) + len(m.ResourceVersion) + len(e.jsonSrcType) + len(e.jsonCluster) + c.Author.jsonLen() + c.Changed.jsonLen()
+		len(m.APIVersion) + len(m.Kind) + len(m.UID) + len(m.ResourceVersion) + len(e.jsonSrcType) + len(e.jsonCluster) + ev.author.jsonLen() + ev.changed.jsonLen()
 	buf := e.newBody(n)
 	b := append(buf.b[:0], `{"specversion":"`+SpecVersion+`","id":`...)
 	b = appendJSONString(b, ev.id)
@@ -515,7 +545,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	b = appendJSONField(append(b, ','), "k8sname", m.Name)
 	b = appendJSONField(append(b, ','), "k8suid", m.UID)
 	b = appendJSONField(append(b, ','), "k8sresourceversion", m.ResourceVersion)
-	b = c.Author.appendJSON(b)
+	b = ev.author.appendJSON(b)
 	b = append(b, e.jsonRelaydSr...)
 	b = append(b, `,"relaydorigin":"`...)
 	b = append(b, c.Origin...)
@@ -543,8 +573,12 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 		}
 		b = append(b, '"')
 	}
-	b = c.Changed.appendJSON(b)
+	b = ev.changed.appendJSON(b)
 	b = c.Scope.appendJSON(b)
+	if ev.trunc != 0 {
+		b = append(b, `,"relaydtruncated":"`...)
+		b = append(appendTruncated(b, ev.trunc), '"')
+	}
 	if !bare {
 		b = append(b, `,"data":`...)
 		b = append(b, data...)
@@ -618,7 +652,7 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, f 
 	hb.ce(HeaderPrefix+"k8sname", m.Name)
 	hb.ce(HeaderPrefix+"k8suid", m.UID)
 	hb.ce(HeaderPrefix+"k8sresourceversion", m.ResourceVersion)
-	if a := &c.Author; a.n > 0 {
+	if a := ev.author; a.n > 0 {
 		hb.ce(HeaderPrefix+"k8smanager", string(a.appendPart(nil, authorManager)))
 		hb.ce(HeaderPrefix+"k8soperation", string(a.appendPart(nil, authorOperation)))
 		if a.has(authorSubresource) {
@@ -641,8 +675,11 @@ func (e *Encoder) buildBinary(ev *objectEvent, data []byte, mode PayloadMode, f 
 	if len(c.Dropped) > 0 && !oversize {
 		hb.ce(HeaderPrefix+"relayddropped", strings.Join(c.Dropped, ","))
 	}
-	c.Changed.headers(&hb)
+	ev.changed.headers(&hb)
 	c.Scope.header(&hb)
+	if ev.trunc != 0 {
+		hb.ce(HeaderPrefix+"relaydtruncated", string(appendTruncated(nil, ev.trunc)))
+	}
 	if !bare {
 		hb.add(HeaderContentType, ContentTypeJSON)
 	}

@@ -65,6 +65,12 @@ type Envelope struct {
 	// "left" on a deleted event of one that stopped matching; "" otherwise
 	// (docs/CONSUMING.md, "Filters: entering and leaving scope").
 	RelaydScope string `json:"relaydscope"`
+	// RelaydTruncated is the relaydtruncated extension: the extensions,
+	// joined by ",", that name only part of what they would because they
+	// exceeded their caps (MaxAuthorEntries, MaxExtensionBytes) or, on an
+	// event without data, the max payload; "" when none did
+	// (docs/CONSUMING.md, "Truncated extensions").
+	RelaydTruncated string `json:"relaydtruncated"`
 
 	Data json.RawMessage `json:"data"`
 }
@@ -200,6 +206,8 @@ func (env *Envelope) setAttr(name, v string) error {
 		env.RelaydChangedUnknown = v
 	case "relaydscope":
 		env.RelaydScope = v
+	case "relaydtruncated":
+		env.RelaydTruncated = v
 	}
 	return err
 }

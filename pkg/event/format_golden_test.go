@@ -24,8 +24,9 @@ import (
 // structured mode (one application/cloudevents+json document) and in binary
 // mode (ce-* headers, the object as body), a resync delete with its final
 // state unknown, an oversize event with a dotted name, the same change as
-// the first sent without data (its reference exceeds the max payload), and
-// the sync control events. TestEventGoldenFiles checks that the encoder writes those bytes
+// the first sent without data (its reference exceeds the max payload), a
+// modified event whose author lists are capped (relaydtruncated), and the
+// sync control events. TestEventGoldenFiles checks that the encoder writes those bytes
 // and that DecodeMessage reads them back to the expected attributes.
 //
 // A golden file is a NATS message as text: "subject: <subject>", then the
@@ -223,11 +224,43 @@ func goldenEvents() []goldenEvent {
 	leftEnv.RelaydDropped, leftEnv.Type, leftEnv.RelaydScope, leftEnv.ID = "", "k8s.object.deleted", "left", webUID+"/48213/deleted"
 	enteredEnv.RelaydDropped, enteredEnv.Type, enteredEnv.RelaydScope, enteredEnv.ID = "", "k8s.object.added", "entered", webUID+"/48213"
 
+	// Truncated: 17 managers wrote in the same second, one past
+	// MaxAuthorEntries: the first 16 are named, and relaydtruncated says
+	// the three lists are incomplete (docs/CONSUMING.md, "Truncated
+	// extensions").
+	var mf []string
+	for i := range event.MaxAuthorEntries + 1 {
+		mf = append(mf, fmt.Sprintf(`{"manager":"ctl-%02d","operation":"Update","apiVersion":"apps/v1","time":"2026-11-23T10:15:01Z","fieldsType":"FieldsV1","fieldsV1":{}}`, i))
+	}
+	many, err := event.ParseObject([]byte(`{"metadata":{"name":"web","managedFields":[` + strings.Join(mf, ",") + `]}}`))
+	if err != nil {
+		panic(err)
+	}
+	webTruncated := func() *event.Change {
+		c := web()
+		c.Dropped, c.Author = nil, many.Author()
+		return c
+	}
+	truncatedEnv := webEnv
+	truncatedEnv.RelaydDropped = ""
+	truncatedEnv.K8sManager = strings.TrimSuffix(strings.Repeat("ctl-%02d,", event.MaxAuthorEntries), ",")
+	truncatedEnv.K8sManager = fmt.Sprintf(truncatedEnv.K8sManager, func() []any {
+		var n []any
+		for i := range event.MaxAuthorEntries {
+			n = append(n, i)
+		}
+		return n
+	}()...)
+	truncatedEnv.K8sOperation = strings.TrimSuffix(strings.Repeat("Update,", event.MaxAuthorEntries), ",")
+	truncatedEnv.RelaydTruncated = "k8smanager,k8soperation,k8ssubresource"
+
 	return []goldenEvent{
 		{afterLegacy: true, file: "structured-deleted-scope-left.msg", opts: structured, change: webScope(event.Deleted, event.ScopeLeft), want: leftEnv},
 		{afterLegacy: true, file: "binary-deleted-scope-left.msg", opts: binary, change: webScope(event.Deleted, event.ScopeLeft), want: leftEnv},
 		{afterLegacy: true, file: "structured-added-scope-entered.msg", opts: structured, change: webScope(event.Added, event.ScopeEntered), want: enteredEnv},
 		{afterLegacy: true, file: "binary-added-scope-entered.msg", opts: binary, change: webScope(event.Added, event.ScopeEntered), want: enteredEnv},
+		{afterLegacy: true, file: "structured-modified-truncated.msg", opts: structured, change: webTruncated(), want: truncatedEnv},
+		{afterLegacy: true, file: "binary-modified-truncated.msg", opts: binary, change: webTruncated(), want: truncatedEnv},
 		{file: "structured-modified-changed.msg", opts: structured, change: webChanged(), want: changedEnv},
 		{file: "binary-modified-changed.msg", opts: binary, change: webChanged(), want: changedEnv},
 		{afterLegacy: true, file: "structured-sync-completed-requested.msg", opts: structured, sync: requested, want: requestedEnv},

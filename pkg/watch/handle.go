@@ -207,6 +207,10 @@ var errUnencodable = errors.New("change cannot be published")
 func (w *Watch) encode(c *event.Change, size int) (event.Message, error) {
 	msg, err := w.enc.Encode(c)
 	obj := zap.String("object", c.Meta.Namespace+"/"+c.Meta.Name)
+	if err == nil && msg.Truncated {
+		w.log.Warn("the object's managedFields or changedPaths exceed the extensions' caps; sent with them truncated (relaydtruncated)", obj,
+			zap.String("uid", c.Meta.UID), zap.String("resourceVersion", c.Meta.ResourceVersion))
+	}
 	switch {
 	case err != nil:
 		w.o.Metrics.Sink.PublishErrors.WithLabelValues(w.o.Source.Name, "unencodable").Inc()
