@@ -435,7 +435,14 @@ func (r *relay) connectJetStream() error {
 	if err != nil {
 		return err
 	}
-	r.ctl = resync.NewServer(resync.ServerOptions{Conn: r.nc, Prefix: r.cfg.Prefix, Cluster: r.cfg.Cluster, Logger: r.log.Named("resync")})
+	r.ctl = resync.NewServer(resync.ServerOptions{
+		Conn: r.nc, Prefix: r.cfg.Prefix, Cluster: r.cfg.Cluster, Logger: r.log.Named("resync"),
+		// Answers only to the requesters' inboxes, never on relayd's own
+		// subjects (events, control) nor on "$" ones (pkg/resync, ReplyPolicy).
+		Replies:         resync.ReplyPolicy{Inboxes: r.cfg.Resync.RequesterInboxPrefixes, Never: []string{r.cfg.Prefix, r.cfg.Prefix + "-ctl"}},
+		MinFullInterval: r.cfg.Resync.MinFullInterval.Duration(),
+		Metrics:         r.m.Resync,
+	})
 	r.events = &index.CatchUpReader{
 		JetStream: r.js, Stream: n.Stream.Name, Subject: r.cfg.StreamSubject(), Cluster: r.cfg.Cluster,
 		Foreign: r.m.Index.ForeignMessages, OnLastSeq: r.sink.SeedStreamSeq,

@@ -17,6 +17,7 @@ package resync
 import (
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/relayd/relayd/pkg/event"
 )
@@ -48,6 +49,9 @@ type Reply struct {
 	Completed map[string]event.SyncCounts `json:"completed,omitempty"`
 	// Error says why the request was refused ("": accepted).
 	Error string `json:"error,omitempty"`
+	// NextFull is, for a full resync refused as too soon after the last,
+	// when the next is allowed (resync.minFullInterval).
+	NextFull time.Time `json:"nextFull,omitzero"`
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
