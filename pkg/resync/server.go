@@ -186,8 +186,8 @@ func (s *Server) refusedReply(source, reply, why string) {
 	n := r.n
 	r.n, r.logged = 0, now
 	s.mu.Unlock()
-	s.o.Logger.Warn("resync requests not answered and not acted on: their reply subject is not an inbox relayd answers on (a requester trying to make relayd publish elsewhere, or an inbox prefix missing from resync.requesterInboxPrefixes)",
-		zap.Int("requests", n), zap.String("since", "the previous line of this kind, at most one a minute"),
+	s.o.Logger.Warn("resync requests not answered and not acted on: their reply subject is not an inbox relayd answers on (a requester trying to make relayd publish elsewhere, or an inbox prefix missing from resync.requesterInboxPrefixes); requests counts them since the previous line of this kind (at most one a minute), replySubject is the last",
+		zap.Int("requests", n),
 		zap.String("source", source), zap.String("replySubject", reply), zap.String("reason", why),
 		zap.Strings("inboxPrefixes", s.o.Replies.Inboxes))
 }

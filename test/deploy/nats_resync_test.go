@@ -345,18 +345,21 @@ func forgedReplies(t *testing.T, in *install, r *relayd, url, opUser, opPassword
 		}
 	}
 	// The barrier: a request on the operator's inbox, answered after the
-	// forged ones (one subscription, in order). Its id is a completed
-	// resync's: the answer is the duplicate's, nothing is relisted.
+	// forged ones (one subscription, in order). Its id is not valid: the
+	// answer is a refusal, nothing is relisted.
 	sub, err := op.SubscribeSync(barrier)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := op.PublishMsg(&nats.Msg{Subject: subj, Reply: barrier, Data: []byte(`{"id":"forged-0"}`)}); err != nil {
+	if err := op.PublishMsg(&nats.Msg{Subject: subj, Reply: barrier, Data: []byte(`{"id":"barrier !"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	answer, err := sub.NextMsg(10 * time.Second)
 	if err != nil {
 		t.Fatalf("no answer on the operator's inbox %s: %v (%s)\n%s", barrier, err, errs, strings.Join(r.output(), "\n"))
+	}
+	if !strings.Contains(string(answer.Data), `"error":"request id \"barrier !\": want 1 to 64 characters`) {
+		t.Fatalf("answer on the operator's inbox %s: %s; want the refusal of its id", barrier, answer.Data)
 	}
 	t.Logf("answer on the operator's inbox %s: %s", barrier, answer.Data)
 	// What the admin saw until relayd's answer on the barrier.
@@ -379,7 +382,12 @@ func forgedReplies(t *testing.T, in *install, r *relayd, url, opUser, opPassword
 		t.Errorf("another cluster's stream WEST: %+v (%v); want no message", info, err)
 	}
 	if now, err := kv.Get(ctx, epochKey); err != nil || now.Revision() != epoch.Revision() || string(now.Value()) != string(epoch.Value()) {
-		t.Errorf("index epoch key %s: revision %d %q before, now %v (%v)", epochKey, epoch.Revision(), epoch.Value(), now, err)
+		var rev uint64
+		var val []byte
+		if err == nil {
+			rev, val = now.Revision(), now.Value()
+		}
+		t.Errorf("index epoch key %s: revision %d %q before, now %d %q (%v)", epochKey, epoch.Revision(), epoch.Value(), rev, val, err)
 	}
 	if relists, err := metricOf(r, "relayd_relists_total", map[string]string{"source": source, "reason": "requested"}); err != nil || relists != relists0 {
 		t.Errorf("relayd_relists_total{reason=requested} went from %v to %v (%v) on the forged requests", relists0, relists, err)
