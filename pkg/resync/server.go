@@ -85,11 +85,8 @@ type accepted struct {
 
 // refusals are the refused reply subjects not logged yet.
 type refusals struct {
-	logged   time.Time // the last line
-	n        int       // refused since
-	last     string    // the last refused reply subject
-	why      string
-	lastFrom string // its source
+	logged time.Time // the last line
+	n      int       // refused since
 }
 
 // NewServer returns a Server; Serve subscribes for each source.
@@ -177,7 +174,6 @@ func (s *Server) refusedReply(source, reply, why string) {
 	s.mu.Lock()
 	r := &s.refused
 	r.n++
-	r.last, r.why, r.lastFrom = reply, why, source
 	now := s.o.Now()
 	if !r.logged.IsZero() && now.Sub(r.logged) < refusalLogInterval {
 		s.mu.Unlock()
