@@ -12,6 +12,13 @@
 // owner relists the source's watches (pkg/watch, Watch.Resync); each
 // brackets its list with sync markers carrying the request id, and the
 // client waits for their sync.completed.
+//
+// The requester chooses the reply subject, so the server answers only on
+// one under the requesters' inbox prefixes and never on relayd's own or a
+// "$" subject (ReplyPolicy); it neither answers nor acts on another. It
+// runs one resync of a source at a time and spaces full ones by
+// ServerOptions.MinFullInterval; every request is counted by result
+// (Metrics).
 package resync
 
 import (

@@ -231,8 +231,8 @@ func (s *Server) handle(source string, ts []Target, data []byte) (Reply, string)
 		ns := t.Namespace()
 		running, err := t.Resync(watch.Request{ID: req.ID, Full: req.Full, Done: func(c event.SyncCounts) { s.done(a, ns, c) }})
 		if errors.Is(err, watch.ErrResyncRunning) {
-			// Not while the server holds s.mu (Resyncing above), unless
-			// something else asks the watches.
+			// Unreachable while the server is the only one asking the
+			// watches: it checked Resyncing above, under s.mu.
 			rep.Error = fmt.Sprintf("source %q: resync %q is still running; retry when it completed", source, running)
 			return rep, ResultRunning
 		}
