@@ -201,7 +201,8 @@
 //   - requesterInboxPrefixes (default ["_INBOX"]): the inbox prefixes of the
 //     clients that send resync requests (their nats.inboxPrefix). relayd
 //     answers a request only on a reply subject under one of them, never on
-//     a subject under prefix, <prefix>-ctl or starting with "$", and
+//     a subject under prefix, <prefix>-ctl or starting with "$" or one the
+//     event stream captures, and
 //     neither answers nor acts on a request with another reply subject
 //     (counted, logged at most once a minute). Tokens as in prefix, outside
 //     prefix and <prefix>-ctl. relayd's NATS user needs publish on

@@ -23,6 +23,10 @@ type ReplyPolicy struct {
 	// Never are subject prefixes never answered on, even under an inbox
 	// prefix: relayd's event prefix and its control prefix.
 	Never []string
+	// Captured, when set, returns the subjects (with wildcards) of the
+	// streams relayd knows: its event stream's, as last found. A reply
+	// subject one of them captures is never answered on.
+	Captured func() []string
 }
 
 // Check returns why relayd does not answer on reply ("": it does).
@@ -38,6 +42,13 @@ func (p ReplyPolicy) Check(reply string) string {
 	for _, n := range p.Never {
 		if under(reply, n) {
 			return fmt.Sprintf("reply subject %q is under relayd's own %s", reply, n)
+		}
+	}
+	if p.Captured != nil {
+		for _, c := range p.Captured() {
+			if matches(c, reply) {
+				return fmt.Sprintf("reply subject %q is captured by a stream (its subject %q)", reply, c)
+			}
 		}
 	}
 	for _, in := range p.Inboxes {
@@ -62,4 +73,21 @@ func literal(s string) bool {
 		}
 	}
 	return true
+}
+
+// matches reports whether subject matches the NATS subject pattern (with
+// "*" for one token and ">" for one or more at the end).
+func matches(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, t := range p {
+		switch {
+		case t == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case t != "*" && t != s[i]:
+			return false
+		}
+	}
+	return len(p) == len(s)
 }

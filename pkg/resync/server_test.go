@@ -116,6 +116,19 @@ func TestReplyPolicy(t *testing.T) {
 			t.Errorf("%q: %q, want it refused: …%s…", reply, why, want)
 		}
 	}
+	// A reply subject a stream relayd knows captures: refused.
+	p.Captured = func() []string { return []string{"other.>", "_INBOX.captured.*", "_INBOX_operator.>"} }
+	for reply, want := range map[string]string{
+		"_INBOX.captured.x":   `is captured by a stream (its subject "_INBOX.captured.*")`,
+		"_INBOX_operator.x":   `is captured by a stream (its subject "_INBOX_operator.>")`,
+		"_INBOX.captured.x.y": ``,
+		"_INBOX.captured":     ``,
+		"_INBOX.abc":          ``,
+	} {
+		if why := p.Check(reply); (want == "") != (why == "") || !strings.Contains(why, want) {
+			t.Errorf("%q with streams capturing %v: %q, want %q", reply, p.Captured(), why, want)
+		}
+	}
 	// An inbox prefix under relayd's own subjects is still refused there.
 	p = ReplyPolicy{Inboxes: []string{"k8s"}, Never: []string{"k8s"}}
 	if why := p.Check("k8s.my-cluster.x"); why == "" {
