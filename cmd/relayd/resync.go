@@ -32,10 +32,17 @@ The request goes over NATS, connected with the config's nats block, to
 sync.completed marker of each watch relisted and prints the counts. The same
 --id twice is one resync: retry with the id printed to wait for it again.
 
+relayd answers only on an inbox under its resync.requesterInboxPrefixes:
+this config's nats.inboxPrefix (default _INBOX) must be one of them, or the
+command gets no answer. relayd runs one resync of a source at a time and
+refuses a --full sooner than its resync.minFullInterval (default 5m) after
+the last full one started or completed, saying when the next is allowed.
+
 Exit codes: 0 the resync completed; 1 no relayd serves the source, no
 answer within --timeout, a refusal (a NATS permissions violation, another
-resync running, a namespace the source does not watch) or no completion
-within --wait; 2 a usage error (a source not in the config).`
+resync of the source running, a --full too soon after the last, a
+namespace the source does not watch) or no completion within --wait; 2 a
+usage error (a source not in the config).`
 
 const resyncExamples = `
   relayd resync -c config.yaml --source pods
@@ -112,7 +119,7 @@ func resyncOver(ctx context.Context, cfg *config.Config, o resync.ClientOptions)
 		return nil, fmt.Errorf("connecting to NATS: %s", config.RedactError(err, cfg.NATS.URL))
 	}
 	defer nc.Close()
-	o.Conn, o.Errors, o.Prefix, o.Cluster = nc, errs, cfg.Prefix, cfg.Cluster
+	o.Conn, o.Errors, o.Prefix, o.Cluster, o.Inbox = nc, errs, cfg.Prefix, cfg.Cluster, cfg.NATS.InboxPrefix
 	return resync.Run(ctx, o)
 }
 

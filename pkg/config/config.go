@@ -42,6 +42,8 @@ type Config struct {
 	// heartbeat control event (docs/CONSUMING.md, "Heartbeats"); 0 turns
 	// them off. A source may override it.
 	HeartbeatInterval *Duration `yaml:"heartbeatInterval"`
+	// Resync configures resync on request (`relayd resync`).
+	Resync Resync `yaml:"resync"`
 	// Sources lists the resources to watch. At least one is required.
 	Sources []Source `yaml:"sources" schema:"required"`
 
@@ -294,6 +296,22 @@ type Sharding struct {
 	RetryPeriod Duration `yaml:"retryPeriod"`
 }
 
+// Resync configures resync on request (`relayd resync`, pkg/resync).
+type Resync struct {
+	// RequesterInboxPrefixes are the inbox prefixes of the clients that send
+	// resync requests (their nats.inboxPrefix, nats.go's
+	// CustomInboxPrefix): relayd answers a request only on a reply subject
+	// under one of them, never on another subject (a stream's, a KV
+	// bucket's, the JetStream API's), and does not act on the request
+	// otherwise. Default ["_INBOX"], the prefix of a client that sets none.
+	RequesterInboxPrefixes []string `yaml:"requesterInboxPrefixes" schema:"unique,subjectPrefix"`
+	// MinFullInterval is the least time between two full resyncs of a
+	// source (from the start and from the completion of the last one);
+	// a --full request sooner is refused, saying when the next is
+	// allowed.
+	MinFullInterval Duration `yaml:"minFullInterval"`
+}
+
 // Shutdown configures the graceful shutdown sequence.
 type Shutdown struct {
 	// DrainTimeout bounds the wait for in-flight publishes and the final
@@ -503,6 +521,16 @@ const (
 	DefaultRenewDeadline        = 10 * time.Second
 	DefaultRetryPeriod          = 2 * time.Second
 	DefaultPayload              = PayloadFull
+	// DefaultRequesterInboxPrefix is resync.requesterInboxPrefixes'
+	// default (nats.go's default inbox prefix).
+	DefaultRequesterInboxPrefix = "_INBOX"
+	// DefaultMinFullInterval is resync.minFullInterval's default: a full
+	// resync republishes every object of the source under a new
+	// Nats-Msg-Id, so back-to-back ones are refused; a few minutes leave
+	// room for a consumer's bootstrap that failed to retry soon.
+	DefaultMinFullInterval = 5 * time.Minute
+	// MinMinFullInterval is the shortest resync.minFullInterval.
+	MinMinFullInterval = time.Second
 	// DefaultHeartbeatInterval is heartbeatInterval's default.
 	DefaultHeartbeatInterval = time.Minute
 	// MinHeartbeatInterval is the shortest heartbeatInterval but 0 (off).
@@ -567,6 +595,11 @@ func (c *Config) ApplyDefaults() {
 	if c.CloudEvents.Mode == "" {
 		c.CloudEvents.Mode = DefaultMode
 	}
+
+	if len(c.Resync.RequesterInboxPrefixes) == 0 {
+		c.Resync.RequesterInboxPrefixes = []string{DefaultRequesterInboxPrefix}
+	}
+	setDuration(&c.Resync.MinFullInterval, DefaultMinFullInterval)
 
 	setString(&c.Checkpoint.Name, DefaultCheckpointName)
 	setDuration(&c.Checkpoint.FlushInterval, DefaultFlushInterval)

@@ -264,6 +264,7 @@ func TestGoodMinimalDefaults(t *testing.T) {
 		Shutdown:          Shutdown{DrainTimeout: Duration(20 * time.Second)},
 		Sharding:          Sharding{LeasePrefix: "relayd", LeaseDuration: Duration(15 * time.Second), RenewDeadline: Duration(10 * time.Second), RetryPeriod: Duration(2 * time.Second)},
 		HeartbeatInterval: &heartbeat,
+		Resync:            Resync{RequesterInboxPrefixes: []string{"_INBOX"}, MinFullInterval: Duration(5 * time.Minute)},
 		Sources: []Source{{
 			Name:       "pods",
 			APIVersion: "v1",
@@ -620,6 +621,15 @@ func TestValidateMore(t *testing.T) {
 	}{
 		{"explicit zero jitter", base + src + "watch: {relistBackoff: {jitter: 0}}\n", ""},
 		{"heartbeats off", base + src + "heartbeatInterval: 0\n", ""},
+		{"resync requesters", base + src + "resync: {requesterInboxPrefixes: [_INBOX_ops, ops.inbox], minFullInterval: 1s}\n", ""},
+		{"resync requesters on relayd's subjects", base + src + "resync:\n  requesterInboxPrefixes: [k8s, k8s-ctl.x, '$JS', '_INBOX.>', _INBOX_ok]\n  minFullInterval: 500ms\n",
+			"x:5: resync.requesterInboxPrefixes[0]: \"k8s\" overlaps relayd's own subjects k8s.> (prefix \"k8s\"): relayd's answers would land there\n" +
+				"x:5: resync.requesterInboxPrefixes[1]: \"k8s-ctl.x\" overlaps relayd's own subjects k8s-ctl.> (prefix \"k8s\"): relayd's answers would land there\n" +
+				"x:5: resync.requesterInboxPrefixes[2]: \"$JS\" is not a valid inbox prefix (must be dot-separated tokens of letters, digits, '_' and '-', no wildcards)\n" +
+				"x:5: resync.requesterInboxPrefixes[3]: \"_INBOX.>\" is not a valid inbox prefix (must be dot-separated tokens of letters, digits, '_' and '-', no wildcards)\n" +
+				"x:6: resync.minFullInterval: must be at least 1s, got 500ms"},
+		{"resync requester above a dotted prefix", "cluster: dev\nprefix: acme.k8s\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}}\n" + src + "resync: {requesterInboxPrefixes: [acme]}\n",
+			"x:5: resync.requesterInboxPrefixes[0]: \"acme\" overlaps relayd's own subjects acme.k8s.> (prefix \"acme.k8s\"): relayd's answers would land there"},
 		{"heartbeat interval too short", base + "heartbeatInterval: 500ms\nsources: [{name: pods, apiVersion: v1, kind: Pod}, {name: cms, apiVersion: v1, kind: ConfigMap, heartbeatInterval: 10ms}, {name: svc, apiVersion: v1, kind: Service, heartbeatInterval: 0}]\n",
 			"x:3: heartbeatInterval: must be 0 (off) or at least 1s, got 500ms\n" +
 				"x:4: sources[1].heartbeatInterval: must be 0 (off) or at least 1s, got 10ms"},
@@ -662,9 +672,9 @@ x:5: sources[1].resource.resource: "Deployments" is not a valid resource name (m
 		{"type error suppresses validation", base + "sources: [{name: [pods], apiVersion: v1, kind: Pod}]\n",
 			"x:3: sources[0].name: expected a string, got a list"},
 		{"non-string key", base + src + "1: x\n",
-			`x:4: 1: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, sources)`},
+			`x:4: 1: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, resync, sources)`},
 		{"odd key", base + src + "\"a.b\": x\n",
-			`x:4: ["a.b"]: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, sources)`},
+			`x:4: ["a.b"]: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, resync, sources)`},
 		{"mapping key", base + src + "? [a]\n: x\n", "x:4: mapping keys must be strings, got a list"},
 		{"case suggestion", base + src + "shutdown: {draintimeout: 1s}\n", `x:4: shutdown.draintimeout: unknown key (did you mean "drainTimeout"?)`},
 		{"duration wrong kind", base + src + "shutdown: {drainTimeout: [1s]}\n",
@@ -712,7 +722,7 @@ sources:
     namespaces: *ns
 `
 	_, err := Parse([]byte(doc), "x")
-	if want := `x:3: x-common: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, sources)`; err == nil || err.Error() != want {
+	if want := `x:3: x-common: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, resync, sources)`; err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}
 	doc = strings.Replace(doc, "x-common: &common\n  apiVersion: v1\n  payload: metadata\n", "", 1)
@@ -737,7 +747,7 @@ sources:
 		{"self merge", "cluster: &c {<<: *c}\n", "x:1: cluster: expected a string, got a mapping"},
 		{"merge cycle", "nats: &n {<<: *n}\n", "x:1: nats: alias *n refers to a node that contains it"},
 		{"merge of a scalar", "nats: {<<: 3}\n", `x:1: nats: the merge key "<<" needs a mapping or a list of mappings, got 3`},
-		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, sources)`},
+		{"problem inside merge", "a: &a {url: 1, bogus: 2}\n", `x:1: a: unknown key (valid keys: cluster, prefix, nats, cloudevents, checkpoint, watch, shutdown, sharding, heartbeatInterval, resync, sources)`},
 		{"unknown key via merge", "nats: {<<: {bogus: 1}}\n", `x:1: nats.bogus: unknown key (valid keys: url, credentialsFile, nkeySeedFile, tokenFile, userFile, passwordFile, allowPlaintextCredentials, tls, jsDomain, inboxPrefix, name, publishTimeout, maxInFlight, maxInFlightBytes, maxInFlightBytesPerWatch, stream, index)`},
 		{"alias to ancestor", "sources: &s [*s]\n", "x:1: sources[0]: expected a mapping, got a list"},
 	} {

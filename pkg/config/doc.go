@@ -195,6 +195,24 @@
 // absent or the watch down or stalled. One message per watch per
 // interval; no checkpoint write. A source's heartbeatInterval overrides it.
 //
+// resync: resync on request (`relayd resync`, docs/OPERATIONS.md "Resync on
+// request"):
+//
+//   - requesterInboxPrefixes (default ["_INBOX"]): the inbox prefixes of the
+//     clients that send resync requests (their nats.inboxPrefix). relayd
+//     answers a request only on a reply subject under one of them, never on
+//     a subject under prefix, <prefix>-ctl or starting with "$" or one the
+//     event stream captures, and
+//     neither answers nor acts on a request with another reply subject
+//     (counted, logged at most once a minute). Tokens as in prefix, outside
+//     prefix and <prefix>-ctl. relayd's NATS user needs publish on
+//     "<each>.>" (docs/DEPLOY.md, "NATS permissions").
+//   - minFullInterval (default 5m, at least 1s): the least time between
+//     two full resyncs of a source, from the start and from the
+//     completion of the last (kept in memory per replica); a sooner --full
+//     is refused, saying when the next is allowed. One resync of a source
+//     runs at a time either way.
+//
 // sources (required, at least one), each:
 //
 //   - name (required, unique, a DNS-1123 label: lowercase letters, digits

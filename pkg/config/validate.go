@@ -174,8 +174,34 @@ func (v *validator) config(c *Config) {
 	v.watch(&c.Watch)
 	v.positive("shutdown.drainTimeout", c.Shutdown.DrainTimeout)
 	v.heartbeat("heartbeatInterval", c.HeartbeatInterval)
+	v.resync(c)
 	v.sources(c.Sources)
 	v.sharding(c)
+}
+
+// resync checks the resync block: the requesters' inbox prefixes must be
+// valid prefixes outside relayd's own subjects (prefix, prefix-ctl).
+func (v *validator) resync(c *Config) {
+	r := &c.Resync
+	for i, p := range r.RequesterInboxPrefixes {
+		path := fmt.Sprintf("resync.requesterInboxPrefixes[%d]", i)
+		if !isSubjectPrefix(p) {
+			v.add(path, "%q is not a valid inbox prefix (must be dot-separated tokens of letters, digits, '_' and '-', no wildcards)", p)
+			continue
+		}
+		if !isSubjectPrefix(c.Prefix) {
+			continue // reported as prefix
+		}
+		for _, own := range []string{c.Prefix, c.Prefix + "-ctl"} {
+			if p == own || strings.HasPrefix(p, own+".") || strings.HasPrefix(own, p+".") {
+				v.add(path, "%q overlaps relayd's own subjects %s.> (prefix %q): relayd's answers would land there", p, own, c.Prefix)
+				break
+			}
+		}
+	}
+	if r.MinFullInterval < Duration(MinMinFullInterval) {
+		v.add("resync.minFullInterval", "must be at least %s, got %s", Duration(MinMinFullInterval), r.MinFullInterval)
+	}
 }
 
 func (v *validator) sharding(c *Config) {

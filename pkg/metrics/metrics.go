@@ -1,6 +1,6 @@
 // Package metrics assembles relayd's Prometheus metrics (docs/OPERATIONS.md,
 // "Metrics"). Each component defines and registers its own (source, sink,
-// watch, index, checkpoint, heartbeat: their NewMetrics); New registers all of them,
+// watch, index, checkpoint, heartbeat, resync: their NewMetrics); New registers all of them,
 // with the process's own (readiness, NATS, stream, whether each source runs
 // here and is up, build information, the Go and process collectors), on a
 // registry the caller passes in (never the global one). All carry the
@@ -20,6 +20,7 @@ import (
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/heartbeat"
 	"github.com/relayd/relayd/pkg/index"
+	"github.com/relayd/relayd/pkg/resync"
 	"github.com/relayd/relayd/pkg/sink"
 	"github.com/relayd/relayd/pkg/source"
 	"github.com/relayd/relayd/pkg/watch"
@@ -34,6 +35,7 @@ type Metrics struct {
 	Index      *index.Metrics
 	Checkpoint *checkpoint.Metrics
 	Heartbeat  *heartbeat.Metrics
+	Resync     *resync.Metrics
 
 	NATSConnected prometheus.Gauge
 	StreamUsable  prometheus.Gauge
@@ -66,6 +68,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.Heartbeat, err = heartbeat.NewMetrics(reg); err != nil {
+		return nil, err
+	}
+	if m.Resync, err = resync.NewMetrics(reg); err != nil {
 		return nil, err
 	}
 	m.initState()
@@ -132,6 +137,7 @@ func (m *Metrics) InitSource(source string) {
 	m.Index.InitSource(source)
 	m.Checkpoint.InitSource(source)
 	m.Heartbeat.InitSource(source)
+	m.Resync.InitSource(source)
 	m.SourceUp.WithLabelValues(source)
 	m.SourceLeader.WithLabelValues(source)
 }

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -115,6 +116,9 @@ type relay struct {
 	bucketOpen chan struct{}
 	fpKey      *event.FingerprintKey // nats.index.fingerprintKeyFile; nil: unkeyed fingerprints
 	failed     chan error            // a fatal error (IndexCheck); Run stops
+	// streamSubjects are the event stream's subjects as keepStream last
+	// found them: no resync answer goes to a subject the stream captures.
+	streamSubjects atomic.Pointer[[]string]
 }
 
 // The conditions of readiness, in the order /readyz reports them; each is
@@ -435,7 +439,22 @@ func (r *relay) connectJetStream() error {
 	if err != nil {
 		return err
 	}
-	r.ctl = resync.NewServer(resync.ServerOptions{Conn: r.nc, Prefix: r.cfg.Prefix, Cluster: r.cfg.Cluster, Logger: r.log.Named("resync")})
+	r.ctl = resync.NewServer(resync.ServerOptions{
+		Conn: r.nc, Prefix: r.cfg.Prefix, Cluster: r.cfg.Cluster, Logger: r.log.Named("resync"),
+		// Answers only to the requesters' inboxes, never on relayd's own
+		// subjects (events, control) nor on "$" ones (pkg/resync, ReplyPolicy).
+		Replies: resync.ReplyPolicy{
+			Inboxes: r.cfg.Resync.RequesterInboxPrefixes, Never: []string{r.cfg.Prefix, r.cfg.Prefix + "-ctl"},
+			Captured: func() []string {
+				if p := r.streamSubjects.Load(); p != nil {
+					return *p
+				}
+				return nil
+			},
+		},
+		MinFullInterval: r.cfg.Resync.MinFullInterval.Duration(),
+		Metrics:         r.m.Resync,
+	})
 	r.events = &index.CatchUpReader{
 		JetStream: r.js, Stream: n.Stream.Name, Subject: r.cfg.StreamSubject(), Cluster: r.cfg.Cluster,
 		Foreign: r.m.Index.ForeignMessages, OnLastSeq: r.sink.SeedStreamSeq,
@@ -456,7 +475,10 @@ func (r *relay) keepStream(ctx context.Context) {
 		DuplicateWindow: s.DuplicateWindow.Duration(), Replicas: s.Replicas, Storage: storage,
 		MaxAge: s.MaxAge.Duration(), MaxBytes: int64(s.MaxBytes),
 	}
-	stream.Keep(ctx, r.js, want, r.log, func(reason string) {
+	stream.Keep(ctx, r.js, want, r.log, func(reason string, subjects []string) {
+		if subjects != nil {
+			r.streamSubjects.Store(&subjects)
+		}
 		r.ready.Set(condStream, prefixed("stream not usable: ", reason))
 		r.m.StreamUsable.Set(b2f(reason == ""))
 	})

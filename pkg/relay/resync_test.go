@@ -178,6 +178,19 @@ func TestResyncOnRequest(t *testing.T) {
 				}
 			}
 
+			// Another full resync right after: refused, naming the source
+			// and when the next is allowed (resync.minFullInterval, 5m by
+			// default), nothing relisted (the check below), counted.
+			code, out, stderr = runResync(t, conf, "--source", "cms", "--full", "--id", "f2")
+			if want := `relayd resync: resync refused: source "cms": the last full resync started or completed at `; code != 1 || !strings.HasPrefix(stderr, want) ||
+				!strings.Contains(stderr, "; the next is allowed from ") || !strings.Contains(stderr, "(resync.minFullInterval 5m0s); a resync without --full is allowed now\n") {
+				t.Fatalf("full resync f2 right after f1: exit %d, stdout %q, stderr %q; want exit 1, %s…", code, out, stderr, want)
+			}
+			t.Logf("full resync f2 right after f1: %s", strings.TrimSpace(stderr))
+			if got := metricSumOf(t, r.reg, "relayd_resync_requests_total", map[string]string{"source": "cms", "result": "too_soon"}); got != 1 {
+				t.Errorf("relayd_resync_requests_total{result=too_soon} = %v, want 1", got)
+			}
+
 			// The same id again: the same resync, nothing relisted.
 			code, out, stderr = runResync(t, conf, "--source", "cms", "--namespace", f.ns, "--full", "--id", "f1")
 			if code != 0 || !strings.Contains(out, "full resync (same request as before) f1 of source cms completed: 1 watch(es)\n") ||
@@ -264,7 +277,7 @@ func resyncErrors(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	code, out, stderr := runResync(t, conf, "--source", "ghost", "--timeout", "300ms")
-	want := "relayd resync: relayd did not answer within 300ms on " + ghost + " (raise --timeout, or see relayd's log)\n"
+	want := "relayd resync: relayd did not answer within 300ms on " + ghost + " (raise --timeout, or see relayd's log; relayd answers only on the inbox prefixes of its resync.requesterInboxPrefixes, which must list this client's _INBOX)\n"
 	if code != 1 || stderr != want || out != "" {
 		t.Errorf("no answer: exit %d, stdout %q, stderr\n%q\nwant exit 1, stderr\n%q", code, out, stderr, want)
 	}

@@ -25,6 +25,10 @@ type ClientOptions struct {
 	// Timeout bounds the wait for the answer, Wait the wait for the
 	// sync.completed markers after it.
 	Timeout, Wait time.Duration
+	// Inbox is the connection's inbox prefix (nats.inboxPrefix), named
+	// when no answer comes: relayd answers only on the inbox prefixes of
+	// its resync.requesterInboxPrefixes.
+	Inbox string
 }
 
 // Result is a completed resync.
@@ -129,7 +133,11 @@ func request(ctx context.Context, o ClientOptions, subj, hint string) (*Reply, e
 			return nil, permission(err, hint)
 		default:
 		}
-		return nil, fmt.Errorf("%w within %s on %s (raise --timeout, or see relayd's log)", ErrNoAnswer, o.Timeout, subj)
+		inbox := o.Inbox
+		if inbox == "" {
+			inbox = DefaultInboxPrefix
+		}
+		return nil, fmt.Errorf("%w within %s on %s (raise --timeout, or see relayd's log; relayd answers only on the inbox prefixes of its resync.requesterInboxPrefixes, which must list this client's %s)", ErrNoAnswer, o.Timeout, subj, inbox)
 	case a.err != nil:
 		return nil, fmt.Errorf("resync request on %s: %w", subj, a.err)
 	}

@@ -12,11 +12,19 @@
 // owner relists the source's watches (pkg/watch, Watch.Resync); each
 // brackets its list with sync markers carrying the request id, and the
 // client waits for their sync.completed.
+//
+// The requester chooses the reply subject, so the server answers only on
+// one under the requesters' inbox prefixes and never on relayd's own or a
+// "$" subject (ReplyPolicy); it neither answers nor acts on another. It
+// runs one resync of a source at a time and spaces full ones by
+// ServerOptions.MinFullInterval; every request is counted by result
+// (Metrics).
 package resync
 
 import (
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/relayd/relayd/pkg/event"
 )
@@ -48,6 +56,9 @@ type Reply struct {
 	Completed map[string]event.SyncCounts `json:"completed,omitempty"`
 	// Error says why the request was refused ("": accepted).
 	Error string `json:"error,omitempty"`
+	// NextFull is, for a full resync refused as too soon after the last,
+	// when the next is allowed (resync.minFullInterval).
+	NextFull time.Time `json:"nextFull,omitzero"`
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)

@@ -19,9 +19,10 @@ const CheckInterval = 30 * time.Second
 // Keep runs Ensure at start and every CheckInterval until ctx ends (sooner,
 // with backoff, while the stream is not usable: an administrator is
 // probably fixing it). It passes onState why the stream is not usable (""
-// when it is) after every check, logs when that changes, and logs what was
+// when it is) and the stream's subjects as found (nil when the check
+// failed) after every check, logs when that changes, and logs what was
 // created or updated, and each warning when it first appears.
-func Keep(ctx context.Context, js jetstream.JetStream, want Want, log *zap.Logger, onState func(reason string)) {
+func Keep(ctx context.Context, js jetstream.JetStream, want Want, log *zap.Logger, onState func(reason string, subjects []string)) {
 	backoff := retry.NewDelays(retry.Setup(), nil) // capped at CheckInterval
 	var lastErr, lastWarn string
 	for {
@@ -38,7 +39,11 @@ func Keep(ctx context.Context, js jetstream.JetStream, want Want, log *zap.Logge
 		} else {
 			backoff.Reset()
 		}
-		onState(reason)
+		var subjects []string
+		if err == nil {
+			subjects = res.Found.Subjects
+		}
+		onState(reason, subjects)
 		switch {
 		case reason != "" && reason != lastErr:
 			log.Error("the stream is not usable; relayd stays unready", zap.String("stream", want.Name), zap.String("reason", reason))

@@ -51,7 +51,7 @@ func TestKeepChecksSoonerWhileUnusable(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Keep(ctx, js, want, zaptest.NewLogger(t), func(r string) {
+		Keep(ctx, js, want, zaptest.NewLogger(t), func(r string, _ []string) {
 			mu.Lock()
 			defer mu.Unlock()
 			reasons = append(reasons, r)

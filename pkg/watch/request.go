@@ -91,3 +91,15 @@ func (w *Watch) requestCompleted(s *event.SyncEvent) {
 // epoch makes its Nats-Msg-Id one JetStream has not seen (the object's
 // first publication had none), so the republication is stored.
 func fullID(epoch uint64) string { return "/full/" + strconv.FormatUint(epoch, 10) }
+
+// Resyncing is the id of the resync asked for and not completed ("":
+// none). Safe to call from any goroutine.
+func (w *Watch) Resyncing() string {
+	q := &w.req
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cur == nil {
+		return ""
+	}
+	return q.cur.ID
+}

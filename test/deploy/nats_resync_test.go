@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/relayd/relayd/internal/testenv"
@@ -148,41 +150,62 @@ func TestNATSResyncPermissions(t *testing.T) {
 		}
 	}
 
-	// relayd's allow_responses is needed: without it relayd cannot answer.
-	t.Run("relayd without allow_responses", func(t *testing.T) {
-		setResponses := func(p *server.ResponsePermission) {
+	// relayd answers on the operators' inboxes (resync.requesterInboxPrefixes)
+	// and its block grants publish there, not allow_responses: without the
+	// grant the server refuses relayd's answer.
+	opReplies := opInbox + ".>"
+	if !slices.Contains(in.b.cfg.Resync.RequesterInboxPrefixes, opInbox) {
+		t.Fatalf("the base's resync.requesterInboxPrefixes %v do not list the operators' inbox prefix %q", in.b.cfg.Resync.RequesterInboxPrefixes, opInbox)
+	}
+	relaydPerms := docNATSPermissions(t)
+	if !slices.Contains(relaydPerms.pub, opReplies) {
+		t.Fatalf("relayd's block of docs/DEPLOY.md does not grant publish on the operators' inboxes %q: %v", opReplies, relaydPerms.pub)
+	}
+	// The block parsed as nats-server does: no allow_responses (a reply to
+	// any subject a requester names).
+	if err := srv.Reload(func(o *server.Options) {
+		for _, u := range o.Users {
+			if u.Username == "relayd" && u.Permissions != nil && u.Permissions.Response != nil {
+				t.Errorf("relayd's block of docs/DEPLOY.md allows responses (%+v): a requester would choose the subject relayd publishes on", *u.Permissions.Response)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("relayd without publish "+opReplies, func(t *testing.T) {
+		setRelaydPub := func(pub []string) {
 			t.Helper()
 			if err := srv.Reload(func(o *server.Options) {
 				for _, u := range o.Users {
 					if u.Username == "relayd" {
-						u.Permissions.Response = p
+						u.Permissions.Publish = allowOnly(pub)
 					}
 				}
 			}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		var kept *server.ResponsePermission
-		if err := srv.Reload(func(o *server.Options) { // reads the block's
-			for _, u := range o.Users {
-				if u.Username == "relayd" && u.Permissions != nil && u.Permissions.Response != nil {
-					r := *u.Permissions.Response
-					kept = &r
-				}
-			}
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if kept == nil {
-			t.Fatal("relayd's block of docs/DEPLOY.md does not allow responses")
-		}
-		setResponses(nil)
-		defer setResponses(kept)
+		setRelaydPub(slices.DeleteFunc(slices.Clone(relaydPerms.pub), func(s string) bool { return s == opReplies }))
+		defer setRelaydPub(relaydPerms.pub)
+		logged := len(r.output())
 		code, out, stderr := resync(opConf)
 		if want := "relayd resync: relayd did not answer within 3s on k8s-ctl."; code != 1 || !strings.HasPrefix(stderr, want) {
-			t.Fatalf("relayd without allow_responses: exit %d, stdout %q, stderr %q; want exit 1, %s…", code, out, stderr, want)
+			t.Fatalf("relayd without publish %s: exit %d, stdout %q, stderr %q; want exit 1, %s…", opReplies, code, out, stderr, want)
 		}
-		t.Logf("relayd without allow_responses: %s", strings.TrimSpace(stderr))
+		var named []string
+		for _, v := range violations(r.output()[logged:]) {
+			if m := refusedSubject.FindStringSubmatch(v); m != nil && m[1] == "Publish" && subjectMatches(opReplies, m[2]) {
+				named = append(named, m[2])
+			}
+		}
+		if len(named) == 0 {
+			t.Fatalf("relayd without publish %s: relayd's log names no refused answer:\n%s", opReplies, strings.Join(r.output()[logged:], "\n"))
+		}
+		t.Logf("relayd without publish %s: %s; relayd's answer on %s refused", opReplies, strings.TrimSpace(stderr), named[0])
+	})
+
+	t.Run("forged reply subjects", func(t *testing.T) {
+		forgedReplies(t, in, r, srv.URL(), opUser, opPassword, opInbox, source)
 	})
 
 	// A consumer cannot make relayd relist.
@@ -239,4 +262,149 @@ func metricOf(r *relayd, name string, labels map[string]string) (float64, error)
 		}
 	}
 	return 0, fmt.Errorf("no sample %s%v", name, labels)
+}
+
+// forgedReplies: an operator (who may send resync requests) names as
+// reply subject an event subject of this cluster and of another, an index
+// epoch key and the JetStream API. relayd answers none of them and acts on
+// none (no relist): nothing is published on them (the admin, subscribed to
+// each, gets nothing before the answer to a later request on the
+// operator's inbox, which relayd publishes after them), the event streams
+// store nothing, the epoch key keeps its revision, and
+// relayd_resync_requests_total{result="bad_reply"} counts them.
+func forgedReplies(t *testing.T, in *install, r *relayd, url, opUser, opPassword, opInbox, source string) {
+	ctx := t.Context()
+	cluster, bucket := in.b.cfg.Cluster, in.b.cfg.NATS.Index.Bucket
+	admin, err := nats.Connect(url, nats.UserInfo("admin", "admin"), nats.CustomInboxPrefix("_INBOX_admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another cluster's stream on the shared NATS.
+	west, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WEST", Subjects: []string{in.b.cfg.Prefix + ".west.>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = js.DeleteStream(context.Background(), "WEST") }()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epochKey := "_epoch." + source + "._"
+	epoch, err := kv.Get(ctx, epochKey)
+	if err != nil {
+		t.Fatalf("index epoch key %s of %s: %v", epochKey, bucket, err)
+	}
+	forged := []string{
+		in.b.cfg.Prefix + "." + cluster + ".configmaps.default.forged",
+		in.b.cfg.Prefix + ".west.configmaps.default.forged",
+		"$KV." + bucket + "." + epochKey,
+		"$JS.API.STREAM.PURGE." + in.b.cfg.NATS.Stream.Name,
+	}
+	// The admin sees what is published on each, and on the barrier's inbox.
+	seen := make(chan *nats.Msg, 64)
+	barrier := opInbox + ".barrier." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	for _, subj := range append(slices.Clone(forged), barrier) {
+		sub, err := admin.ChanSubscribe(subj, seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	if err := admin.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	events, err := js.Stream(ctx, in.b.cfg.NATS.Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relists0, err := metricOf(r, "relayd_relists_total", map[string]string{"source": source, "reason": "requested"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad0, err := metricOf(r, "relayd_resync_requests_total", map[string]string{"source": source, "result": "bad_reply"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	errs := &asyncErrors{}
+	op, err := nats.Connect(url, nats.UserInfo(opUser, opPassword), nats.CustomInboxPrefix(opInbox), nats.ErrorHandler(errs.handler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	subj := "k8s-ctl." + cluster + ".resync." + source
+	for i, reply := range forged {
+		body := fmt.Sprintf(`{"id":"forged-%d","full":true}`, i)
+		if err := op.PublishMsg(&nats.Msg{Subject: subj, Reply: reply, Data: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The barrier: a request on the operator's inbox, answered after the
+	// forged ones (one subscription, in order). Its id is not valid: the
+	// answer is a refusal, nothing is relisted.
+	sub, err := op.SubscribeSync(barrier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.PublishMsg(&nats.Msg{Subject: subj, Reply: barrier, Data: []byte(`{"id":"barrier !"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	answer, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no answer on the operator's inbox %s: %v (%s)\n%s", barrier, err, errs, strings.Join(r.output(), "\n"))
+	}
+	if !strings.Contains(string(answer.Data), `"error":"request id \"barrier !\": want 1 to 64 characters`) {
+		t.Fatalf("answer on the operator's inbox %s: %s; want the refusal of its id", barrier, answer.Data)
+	}
+	t.Logf("answer on the operator's inbox %s: %s", barrier, answer.Data)
+	// What the admin saw until relayd's answer on the barrier.
+	for done := false; !done; {
+		select {
+		case m := <-seen:
+			if done = m.Subject == barrier; !done {
+				t.Errorf("relayd published on the forged reply subject %s: %s", m.Subject, m.Data)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the admin did not see relayd's answer on %s", barrier)
+		}
+	}
+	for _, reply := range forged[:2] {
+		if _, err := events.GetLastMsgForSubject(ctx, reply); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Errorf("%s stored a message on %s (%v)", in.b.cfg.NATS.Stream.Name, reply, err)
+		}
+	}
+	if info, err := west.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Errorf("another cluster's stream WEST: %+v (%v); want no message", info, err)
+	}
+	if now, err := kv.Get(ctx, epochKey); err != nil || now.Revision() != epoch.Revision() || string(now.Value()) != string(epoch.Value()) {
+		var rev uint64
+		var val []byte
+		if err == nil {
+			rev, val = now.Revision(), now.Value()
+		}
+		t.Errorf("index epoch key %s: revision %d %q before, now %d %q (%v)", epochKey, epoch.Revision(), epoch.Value(), rev, val, err)
+	}
+	if relists, err := metricOf(r, "relayd_relists_total", map[string]string{"source": source, "reason": "requested"}); err != nil || relists != relists0 {
+		t.Errorf("relayd_relists_total{reason=requested} went from %v to %v (%v) on the forged requests", relists0, relists, err)
+	}
+	if bad, err := metricOf(r, "relayd_resync_requests_total", map[string]string{"source": source, "result": "bad_reply"}); err != nil || bad-bad0 != float64(len(forged)) {
+		t.Errorf("relayd_resync_requests_total{result=bad_reply} went from %v to %v (%v), want +%d", bad0, bad, err, len(forged))
+	}
+	var logged []string
+	for _, l := range r.output() {
+		if strings.Contains(l, "not answered and not acted on") {
+			logged = append(logged, l)
+		}
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], forged[0]) {
+		t.Errorf("relayd logged %d lines on the %d forged requests, want one naming %s:\n%s", len(logged), len(forged), forged[0], strings.Join(logged, "\n"))
+	}
+	if !t.Failed() {
+		t.Logf("forged reply subjects %v: nothing published, stored or changed; relayd logged: %s", forged, strings.Join(logged, "\n"))
+	}
 }
