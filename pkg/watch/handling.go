@@ -1,0 +1,71 @@
+package watch
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/pkg/event"
+)
+
+// An object's handling is the span from the moment the watch takes an
+// object item until it hands the object's entry to its pipeline (or drops
+// it): the self check, the fingerprint and changed paths, the filter, the
+// index lookup and the encode. It is the watch's own work: a wait for the
+// pipeline (backpressure, a drain) is not part of it (the heartbeats see
+// a pipeline that does not move on their own: pkg/heartbeat). The
+// heartbeat walk reads how long the current handling has lasted
+// (Handling) and, beyond its bound, counts the watch as stuck: its
+// heartbeats are withheld and relayd_watch_stalled counts it
+// (docs/OPERATIONS.md, "RelaydWatchStalled").
+//
+// The handler records only when the handling began, with one atomic store
+// of a monotonic clock reading per object (and one to clear it): no lock,
+// no allocation on the hot path. Marks are nanoseconds since the watch was
+// built (its born time), plus one so that 0 means "not handling".
+
+// ObjectHook is told, inside each object's handling, which object it is
+// (before the filter and the encode). Tests stall a watch with it (a hook
+// that blocks): pkg/relay's TestStuckWatch. Nil in the shipped binary.
+type ObjectHook interface {
+	HandlingObject(w *Watch, m *event.Meta)
+}
+
+// beginHandling marks the start of an object's handling.
+func (w *Watch) beginHandling() {
+	w.handling.Store(int64(time.Since(w.born)) + 1)
+}
+
+// endHandling clears the mark: the object is handed to the pipeline or
+// dropped (or its handling failed). If the heartbeat walk saw the watch
+// stuck in it meanwhile, the object is named in the log now: the walk
+// cannot read the object (the handler owns it), the handler can.
+func (w *Watch) endHandling(m *event.Meta) {
+	since := w.handling.Load()
+	if since == 0 {
+		return
+	}
+	w.handling.Store(0)
+	if w.stuck.Load() {
+		w.stuck.Store(false)
+		took := time.Since(w.born) - time.Duration(since-1)
+		w.log.Warn("an object held its watch longer than the stall bound; the watch goes on", zap.String("object", m.Namespace+"/"+m.Name),
+			zap.String("uid", m.UID), zap.String("resourceVersion", m.ResourceVersion), zap.Duration("took", took))
+	}
+}
+
+// Handling is how long the watch has been in the handling of its current
+// object at now (0: it is not handling one). Safe from any goroutine; it
+// reads one atomic.
+func (w *Watch) Handling(now time.Time) time.Duration {
+	since := w.handling.Load()
+	if since == 0 {
+		return 0
+	}
+	return max(now.Sub(w.born)-time.Duration(since-1), 0)
+}
+
+// MarkStuck records that the heartbeat walk counts the watch as stuck in
+// its current object: the handler names the object in the log once it is
+// done with it (endHandling).
+func (w *Watch) MarkStuck() { w.stuck.Store(true) }
