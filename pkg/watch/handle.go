@@ -29,7 +29,7 @@ func (w *Watch) handle(ctx context.Context, it *source.Item) error {
 	switch it.Kind {
 	case source.ItemObject:
 		w.lastRead.Store(it.ReadAt.UnixNano())
-		w.beginHandling()
+		w.beginHandling(it.ReadAt)
 		if w.o.ObjectHook != nil {
 			w.o.ObjectHook.HandlingObject(w, &it.Object.Meta)
 		}

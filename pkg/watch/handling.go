@@ -20,9 +20,13 @@ import (
 // (docs/OPERATIONS.md, "RelaydWatchStalled").
 //
 // The handler records only when the handling began, with one atomic store
-// of a monotonic clock reading per object (and one to clear it): no lock,
-// no allocation on the hot path. Marks are nanoseconds since the watch was
-// built (its born time), plus one so that 0 means "not handling".
+// per object (and one to clear it): no lock, no allocation, not even a
+// clock reading on the hot path. The start is the item's ReadAt, the
+// monotonic time the watcher read the object, just before it decoded it
+// and called the handler (a watcher reads its next item only once the
+// handler returned), so a slow decode counts too. Marks are nanoseconds
+// since the watch was built (its born time), plus one so that 0 means
+// "not handling".
 
 // ObjectHook is told, inside each object's handling, which object it is
 // (before the filter and the encode). Tests stall a watch with it (a hook
@@ -31,9 +35,14 @@ type ObjectHook interface {
 	HandlingObject(w *Watch, m *event.Meta)
 }
 
-// beginHandling marks the start of an object's handling.
-func (w *Watch) beginHandling() {
-	w.handling.Store(int64(time.Since(w.born)) + 1)
+// beginHandling marks the start of an object's handling: readAt, the
+// item's.
+func (w *Watch) beginHandling(readAt time.Time) {
+	d := readAt.Sub(w.born)
+	if d <= 0 { // no read time (an item a test made)
+		d = time.Since(w.born)
+	}
+	w.handling.Store(int64(d) + 1)
 }
 
 // endHandling clears the mark: the object is handed to the pipeline or
