@@ -67,11 +67,9 @@ type Watch interface {
 	Source() *config.Source
 	Namespace() string
 	// Handling is how long the watch has been in its current object's
-	// handling at now (0: it is not handling one).
-	Handling(now time.Time) time.Duration
-	// MarkStuck tells the watch the walk counts it stuck (it names the
-	// object once it is done with it).
-	MarkStuck()
+	// handling at now (0: it is not handling one); beyond bound the watch
+	// notes it is stuck (it names the object once it is done with it).
+	Handling(now time.Time, bound time.Duration) time.Duration
 }
 
 // Publisher publishes a message outside every pipeline (a *sink.Sink).
@@ -267,11 +265,10 @@ func (h *Heartbeats) visit(w Watch, now time.Time) {
 // than the stall bound, counts it for relayd_watch_stalled, and logs when
 // it gets stuck and when it is no longer.
 func (h *Heartbeats) stuck(w Watch, st *state, now time.Time) bool {
-	d := w.Handling(now)
+	d := w.Handling(now, h.o.StallAfter)
 	stuck := d > h.o.StallAfter
 	switch {
 	case stuck && !st.stuck:
-		w.MarkStuck()
 		h.o.Logger.Warn("watch stuck in one object's handling (filter, index, encode) longer than the stall bound; its heartbeats are withheld",
 			zap.String("source", w.Source().Name), zap.String("namespace", w.Namespace()), zap.Duration("for", d), zap.Duration("bound", h.o.StallAfter))
 	case !stuck && st.stuck:

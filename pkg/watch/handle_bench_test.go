@@ -85,7 +85,7 @@ func BenchmarkHandlingMark(b *testing.B) {
 		now := time.Now()
 		b.ReportAllocs()
 		for b.Loop() {
-			if w.Handling(now) < 0 {
+			if w.Handling(now, time.Hour) < 0 {
 				b.Fatal("negative")
 			}
 		}

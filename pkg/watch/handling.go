@@ -46,17 +46,16 @@ func (w *Watch) beginHandling(readAt time.Time) {
 }
 
 // endHandling clears the mark: the object is handed to the pipeline or
-// dropped (or its handling failed). If the heartbeat walk saw the watch
-// stuck in it meanwhile, the object is named in the log now: the walk
-// cannot read the object (the handler owns it), the handler can.
+// dropped (or its handling failed). If the heartbeat walk found the watch
+// stuck in this object's handling, the object is named in the log now:
+// the walk cannot read the object (the handler owns it), the handler can.
 func (w *Watch) endHandling(m *event.Meta) {
 	since := w.handling.Load()
 	if since == 0 {
 		return
 	}
 	w.handling.Store(0)
-	if w.stuck.Load() {
-		w.stuck.Store(false)
+	if w.stuck.Load() == since {
 		took := time.Since(w.born) - time.Duration(since-1)
 		w.log.Warn("an object held its watch longer than the stall bound; the watch goes on", zap.String("object", m.Namespace+"/"+m.Name),
 			zap.String("uid", m.UID), zap.String("resourceVersion", m.ResourceVersion), zap.Duration("took", took))
@@ -64,17 +63,18 @@ func (w *Watch) endHandling(m *event.Meta) {
 }
 
 // Handling is how long the watch has been in the handling of its current
-// object at now (0: it is not handling one). Safe from any goroutine; it
-// reads one atomic.
-func (w *Watch) Handling(now time.Time) time.Duration {
+// object at now (0: it is not handling one). Beyond bound, the watch is
+// stuck in it: it records which handling that is, and names the object in
+// the log once it is done with it (endHandling). Safe from any goroutine;
+// it reads one atomic (and writes one when stuck).
+func (w *Watch) Handling(now time.Time, bound time.Duration) time.Duration {
 	since := w.handling.Load()
 	if since == 0 {
 		return 0
 	}
-	return max(now.Sub(w.born)-time.Duration(since-1), 0)
+	d := max(now.Sub(w.born)-time.Duration(since-1), 0)
+	if d > bound {
+		w.stuck.Store(since)
+	}
+	return d
 }
-
-// MarkStuck records that the heartbeat walk counts the watch as stuck in
-// its current object: the handler names the object in the log once it is
-// done with it (endHandling).
-func (w *Watch) MarkStuck() { w.stuck.Store(true) }

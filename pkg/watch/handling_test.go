@@ -25,7 +25,7 @@ type handlingPipe struct {
 
 func (p *handlingPipe) Submit(ctx context.Context, e sink.Entry) error {
 	p.mu.Lock()
-	if p.w.Handling(time.Now()) > 0 {
+	if p.w.Handling(time.Now(), time.Hour) > 0 {
 		p.inside++
 	}
 	p.mu.Unlock()
@@ -33,8 +33,8 @@ func (p *handlingPipe) Submit(ctx context.Context, e sink.Entry) error {
 }
 
 // handlingHook records how long the handling had lasted when the hook
-// ran, plays the heartbeat walk for the object named stuck (MarkStuck),
-// and panics at the object named boom.
+// ran, plays the heartbeat walk that finds the watch stuck in the object
+// named stuck (a bound of 0), and panics at the object named boom.
 type handlingHook struct {
 	mu     sync.Mutex
 	seen   map[string]time.Duration
@@ -43,11 +43,11 @@ type handlingHook struct {
 
 func (h *handlingHook) HandlingObject(w *Watch, m *event.Meta) {
 	h.mu.Lock()
-	h.seen[m.Name] = w.Handling(time.Now())
+	h.seen[m.Name] = w.Handling(time.Now(), time.Hour)
 	h.mu.Unlock()
 	switch m.Name {
 	case "stuck":
-		w.MarkStuck()
+		w.Handling(time.Now(), 0)
 	case "boom":
 		panic("boom")
 	}
@@ -89,7 +89,7 @@ func TestHandlingIsMarkedPerObject(t *testing.T) {
 	if pipe.inside != 0 {
 		t.Errorf("%d of %d submits made while the handling was marked: a wait for the pipeline is not the handling's", pipe.inside, len(pipe.entries))
 	}
-	if d := r.w.Handling(time.Now()); d != 0 {
+	if d := r.w.Handling(time.Now(), time.Hour); d != 0 {
 		t.Errorf("after the watch stopped (last object panicked): handling %v, want 0", d)
 	}
 	var named []string
@@ -98,8 +98,5 @@ func TestHandlingIsMarkedPerObject(t *testing.T) {
 	}
 	if len(named) != 1 || named[0] != "ns/stuck" {
 		t.Errorf("objects named as having held their watch: %v, want [ns/stuck]", named)
-	}
-	if r.w.stuck.Load() {
-		t.Error("the stuck flag outlived the object's handling")
 	}
 }

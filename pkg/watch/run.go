@@ -99,7 +99,6 @@ func (w *Watch) recovered(p any) error {
 	w.setLive(nil)
 	w.ix.loaded = false
 	w.handling.Store(0) // a panic inside an object's handling ends it
-	w.stuck.Store(false)
 	return fmt.Errorf("%w: %v", errPanic, p)
 }
 

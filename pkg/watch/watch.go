@@ -240,11 +240,11 @@ type Watch struct {
 	lastRead    atomic.Int64 // unix nanoseconds of the last change read (0: none yet; Beat)
 	// born is when the watch was built; handling is when the handling of
 	// its current object began, in nanoseconds since born plus one (0: not
-	// handling one), and stuck is set by the heartbeat walk while it counts
-	// the watch as stuck in it (handling.go).
+	// handling one), and stuck the handling mark the heartbeat walk found
+	// stuck last (handling.go).
 	born     time.Time
 	handling atomic.Int64
-	stuck    atomic.Bool
+	stuck    atomic.Int64
 
 	// Owned by the Supervise goroutine: what one attempt built and may reuse.
 	resource event.Resource
