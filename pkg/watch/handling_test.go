@@ -36,9 +36,8 @@ func (p *handlingPipe) Submit(ctx context.Context, e sink.Entry) error {
 // ran, plays the heartbeat walk that finds the watch stuck in the object
 // named stuck (a bound of 0), and panics at the object named boom.
 type handlingHook struct {
-	mu     sync.Mutex
-	seen   map[string]time.Duration
-	readAt time.Time
+	mu   sync.Mutex
+	seen map[string]time.Duration
 }
 
 func (h *handlingHook) HandlingObject(w *Watch, m *event.Meta) {
