@@ -67,9 +67,7 @@ type Options struct {
 	// IndexCheck compares the object index with a consistent LIST after
 	// every relist, stopping Run on any difference (tests, IndexCheckEnv).
 	IndexCheck bool
-	// ObjectHook, if set, is told of each object inside its watch's
-	// handling (tests stall a watch with it; cmd/relayd sets none).
-	ObjectHook watch.ObjectHook
+	ObjectHook watch.ObjectHook // tests: told of each object inside its handling (watch.ObjectHook)
 }
 
 func (o *Options) validate() error {
