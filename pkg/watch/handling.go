@@ -8,10 +8,10 @@ import (
 	"github.com/relayd/relayd/pkg/event"
 )
 
-// An object's handling is the span from the moment the watch takes an
-// object item until it hands the object's entry to its pipeline (or drops
-// it): the self check, the fingerprint and changed paths, the filter, the
-// index lookup and the encode. It is the watch's own work: a wait for the
+// An object's handling is the span from the moment the watcher read an
+// object item until the watch hands the object's entry to its pipeline (or
+// drops it): the decode, the self check, the fingerprint and changed
+// paths, the filter, the index lookup and the encode. It is the watch's own work: a wait for the
 // pipeline (backpressure, a drain) is not part of it (the heartbeats see
 // a pipeline that does not move on their own: pkg/heartbeat). The
 // heartbeat walk reads how long the current handling has lasted
