@@ -64,31 +64,3 @@ func BenchmarkHandleObject(b *testing.B) {
 		b.Fatalf("%d entries submitted for %d objects", pipe.n, i)
 	}
 }
-
-// BenchmarkHandlingMark is what marking an object's handling adds to the
-// hot path: the begin and end marks of one object (handling.go), and the
-// heartbeat walk's read of the mark.
-func BenchmarkHandlingMark(b *testing.B) {
-	r := newRigWith(b, benchConfig, "plain", &fakeWatcher{})
-	w := r.w
-	m := &event.Meta{Namespace: "ns", Name: "cm"}
-	readAt := time.Now()
-	b.Run("begin+end", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			w.beginHandling(readAt)
-			w.endHandling(m)
-		}
-	})
-	b.Run("walk-read", func(b *testing.B) {
-		w.beginHandling(readAt)
-		now := time.Now()
-		b.ReportAllocs()
-		for b.Loop() {
-			if w.Handling(now, time.Hour) < 0 {
-				b.Fatal("negative")
-			}
-		}
-		w.endHandling(m)
-	})
-}
