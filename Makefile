@@ -94,7 +94,7 @@ BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 bench: testenv-bins-current build ## Measure relayd next to client-go consumers (capacity, latency, memory, checkpoints, recovery) and the hot-path micro-benchmarks; see docs/PERFORMANCE.md (~10 min on 2 cores; the first run also records the watch streams, ~5 min).
 	@mkdir -p $(BENCH_DIR)
 	@if [ -s $(BENCH_DIR)/micro.txt ]; then mv $(BENCH_DIR)/micro.txt $(BENCH_DIR)/micro-prev.txt; fi
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) ./pkg/event ./pkg/index ./pkg/source ./pkg/filter ./pkg/heartbeat > $(BENCH_DIR)/micro.txt
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) ./pkg/event ./pkg/index ./pkg/source ./pkg/filter ./pkg/heartbeat ./pkg/watch > $(BENCH_DIR)/micro.txt
 	@if [ -s $(BENCH_DIR)/micro-prev.txt ]; then \
 	  $(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) prev=$(BENCH_DIR)/micro-prev.txt new=$(BENCH_DIR)/micro.txt; \
 	else $(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) $(BENCH_DIR)/micro.txt; fi | tee $(BENCH_DIR)/micro-benchstat.txt

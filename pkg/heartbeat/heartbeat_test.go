@@ -27,12 +27,23 @@ type fakeWatch struct {
 	src     *config.Source
 	running bool
 	beat    watch.Beat
+	since   time.Time // in an object's handling since (zero: not)
+	marked  int       // Handling calls past the bound
 }
 
 func (w *fakeWatch) Beat() (watch.Beat, bool) { return w.beat, w.running }
 func (w *fakeWatch) Key() string              { return w.key }
 func (w *fakeWatch) Source() *config.Source   { return w.src }
 func (w *fakeWatch) Namespace() string        { return w.ns }
+func (w *fakeWatch) Handling(now time.Time, bound time.Duration) time.Duration {
+	if w.since.IsZero() {
+		return 0
+	}
+	if now.Sub(w.since) > bound {
+		w.marked++
+	}
+	return now.Sub(w.since)
+}
 
 // doneFuture is a future that is already acknowledged (or failed).
 type doneFuture struct {
@@ -183,6 +194,98 @@ func TestNotRunningAndStalled(t *testing.T) {
 	h.Tick(t0.Add(81 * time.Second)) // reaps the acknowledgements
 	if got := testutil.ToFloat64(m.Heartbeats.WithLabelValues("a", ResultPublished)); got != float64(n) {
 		t.Errorf("published counted %v, want %d", got, n)
+	}
+}
+
+// A watch in one object's handling for longer than the stall bound (5s)
+// is stuck: relayd_watch_stalled counts it (every tick, also for a source
+// without heartbeats), its heartbeats are withheld and counted as stalled
+// (also while it is not running: a relist's object), the watch is told at
+// each tick; once the handling ends, everything resumes. Another watch of
+// the same source goes on publishing meanwhile.
+func TestStuckInOneObject(t *testing.T) {
+	pub := &fakePublisher{}
+	h, ws, m := newTest(t, pub, config.Source{Name: "a", HeartbeatInterval: every(2 * time.Second)},
+		config.Source{Name: "quiet", HeartbeatInterval: every(0)})
+	h.last = t0
+	a, quiet := &h.o.Config.Sources[0], &h.o.Config.Sources[1]
+	stuck := &fakeWatch{key: "a.x", ns: "x", src: a, running: true}
+	other := &fakeWatch{key: "a.y", ns: "y", src: a, running: true}
+	q := &fakeWatch{key: "quiet", src: quiet, running: true}
+	*ws = append(*ws, stuck, other, q)
+	gauge := func(src string) float64 { return testutil.ToFloat64(m.Stalled.WithLabelValues(src)) }
+	sentBy := func(ns string) int {
+		n := 0
+		for _, msg := range pub.sent {
+			env, err := event.DecodeMessage(msg.Header, msg.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if env.K8sNamespace == ns {
+				n++
+			}
+		}
+		return n
+	}
+	tick := func(s int) { h.Tick(t0.Add(time.Duration(s) * time.Second)) }
+	for s := 1; s <= 4; s++ {
+		tick(s)
+	}
+	if sentBy("x") != 2 || sentBy("y") != 2 {
+		t.Fatalf("before: %d and %d heartbeats, want 2 each", sentBy("x"), sentBy("y"))
+	}
+
+	// Handling one object from 4s on (and the quiet source's from 4s): at
+	// the bound not yet stuck, past it stuck.
+	stuck.since, q.since = t0.Add(4*time.Second), t0.Add(4*time.Second)
+	for s := 5; s <= 9; s++ {
+		tick(s)
+	}
+	if g := gauge("a"); g != 0 {
+		t.Fatalf("relayd_watch_stalled{a} = %v after 5s in one object (the bound), want 0", g)
+	}
+	if sentBy("x") != 4 {
+		t.Fatalf("%d heartbeats of x within the bound, want 4", sentBy("x"))
+	}
+	for s := 10; s <= 20; s++ {
+		tick(s)
+		if g := gauge("a"); g != 1 {
+			t.Fatalf("at %ds relayd_watch_stalled{a} = %v, want 1", s, g)
+		}
+		if g := gauge("quiet"); g != 1 {
+			t.Fatalf("at %ds relayd_watch_stalled{quiet} = %v, want 1 (a source without heartbeats)", s, g)
+		}
+	}
+	stalled := testutil.ToFloat64(m.Heartbeats.WithLabelValues("a", ResultStalled))
+	if sentBy("x") != 4 || stalled != 6 {
+		t.Errorf("stuck from 9s to 20s: %d heartbeats of x (want 4: none more), %v counted stalled (want 6)", sentBy("x"), stalled)
+	}
+	if sentBy("y") != 10 {
+		t.Errorf("%d heartbeats of y, want 10 (one per 2s: the other watch goes on)", sentBy("y"))
+	}
+	if stuck.marked != 11 {
+		t.Errorf("the stuck watch was told %d times, want at each of the 11 ticks past the bound", stuck.marked)
+	}
+	// Not running (a relist) and still stuck: withheld, counted.
+	stuck.running = false
+	for s := 21; s <= 22; s++ {
+		tick(s)
+	}
+	if got := testutil.ToFloat64(m.Heartbeats.WithLabelValues("a", ResultStalled)); got != stalled+1 {
+		t.Errorf("stalled counted %v while stuck and not running, want %v", got, stalled+1)
+	}
+
+	// Done with the object: the gauge drops at the next tick, heartbeats
+	// resume at the next due.
+	stuck.running, stuck.since, q.since = true, time.Time{}, time.Time{}
+	for s := 23; s <= 24; s++ {
+		tick(s)
+	}
+	if g, gq := gauge("a"), gauge("quiet"); g != 0 || gq != 0 {
+		t.Errorf("relayd_watch_stalled %v, %v once the handling ended, want 0", g, gq)
+	}
+	if sentBy("x") != 5 {
+		t.Errorf("%d heartbeats of x after the handling ended, want 5", sentBy("x"))
 	}
 }
 

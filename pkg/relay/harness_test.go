@@ -33,6 +33,7 @@ import (
 	"github.com/relayd/relayd/pkg/config"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/relay"
+	"github.com/relayd/relayd/pkg/watch"
 )
 
 var (
@@ -138,6 +139,9 @@ type fixture struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	cfgYAML string
+	// objectHook, if set, is relay.Options.ObjectHook of the relayds the
+	// fixture starts.
+	objectHook watch.ObjectHook
 }
 
 // newFixture makes a namespace, a stream name and a config for one test;
@@ -237,6 +241,7 @@ func (f *fixture) startAs(id string, rc *rest.Config, wantReady bool) *running {
 			MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
 			Ready:      func(_, h string) { addrs <- h },
 			IndexCheck: true, // every relist in every test is checked against a consistent LIST
+			ObjectHook: f.objectHook,
 		})
 	}()
 	select {

@@ -68,6 +68,7 @@ type Options struct {
 	// IndexCheck compares the object index with a consistent LIST after
 	// every relist, stopping Run on any difference (tests, IndexCheckEnv).
 	IndexCheck bool
+	ObjectHook watch.ObjectHook // tests: told of each object inside its handling (watch.ObjectHook)
 }
 
 func (o *Options) validate() error {

@@ -58,7 +58,7 @@ func (r *relay) newWatches(src *config.Source, b *index.Bucket) []*watch.Watch {
 			Shaping: shaping, Scope: scope, FingerprintKey: r.fpKey, MaxPayload: int(r.nc.MaxPayload()) - r.sink.HeaderBytes(), Backoff: r.relistBackoff(),
 			Pipelines: pipelines{r.sink}, Positions: r.store, Events: r.events, Bucket: b,
 			Ready: r.ready.Waiter(condCheckpoints, condNATS), Resolver: resolver, Watchers: watchers{kube}, Self: self,
-			State: r, AfterRelist: check,
+			State: r, AfterRelist: check, ObjectHook: r.o.ObjectHook,
 		}))
 	}
 	return ws

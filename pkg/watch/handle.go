@@ -29,7 +29,16 @@ func (w *Watch) handle(ctx context.Context, it *source.Item) error {
 	switch it.Kind {
 	case source.ItemObject:
 		w.lastRead.Store(it.ReadAt.UnixNano())
-		return w.handleObject(ctx, it)
+		w.beginHandling(it.ReadAt)
+		if w.o.ObjectHook != nil {
+			w.o.ObjectHook.HandlingObject(w, &it.Object.Meta)
+		}
+		e, submit, err := w.objectEntry(it)
+		w.endHandling(&it.Object.Meta) // before the pipeline: a wait there is not the handling's (handling.go)
+		if err != nil || !submit {
+			return err
+		}
+		return w.submit(ctx, e)
 	case source.ItemBookmark:
 		return w.submit(ctx, sink.Entry{ResourceVersion: it.ResourceVersion, Epoch: it.Epoch, Bookmark: true})
 	case source.ItemSyncStarted:
@@ -101,12 +110,13 @@ func (w *Watch) applyToIndex(it *source.Item, obj index.Object) change {
 	return c
 }
 
-// handleObject handles an object change or a listed object.
-func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
+// objectEntry handles an object change or a listed object: the entry to
+// submit, if any (submit false: nothing, not even a position move).
+func (w *Watch) objectEntry(it *source.Item) (e sink.Entry, submit bool, err error) {
 	meta := &it.Object.Meta
 	if w.o.Self.IsSelf(w.resource, meta) {
 		// Not even a position move: see checkpoint's package doc.
-		return nil
+		return e, false, nil
 	}
 	obj := index.Object{UID: meta.UID, Namespace: meta.Namespace, Name: meta.Name, ResourceVersion: meta.ResourceVersion}
 	if w.fp != nil {
@@ -124,11 +134,11 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 	switch {
 	case c.suppress:
 		w.suppressed.Inc()
-		return w.submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+		return sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch}, true, nil
 	case c.replay, c.outside:
-		return w.submit(ctx, sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch})
+		return sink.Entry{ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch}, true, nil
 	case !c.publish:
-		return nil
+		return e, false, nil
 	}
 	w.setTracked(w.ix.idx.Len())
 	// The index write; none when the index already had this (a replay
@@ -141,10 +151,10 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 			ix = w.o.Bucket.PutMsg(w.ix.prefix, obj)
 		}
 	}
-	e := sink.Entry{FollowUp: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch}
+	e = sink.Entry{FollowUp: ix, ObjectKey: meta.UID, ResourceVersion: it.ResourceVersion, Epoch: it.Epoch}
 	if !w.filter[c.typ] {
 		w.filtered.Inc()
-		return w.submit(ctx, e)
+		return e, true, nil
 	}
 	var buf *[]byte // binary mode: the payload is the event's body, not reusable
 	if !w.enc.Options().Binary {
@@ -168,11 +178,11 @@ func (w *Watch) handleObject(ctx context.Context, it *source.Item) error {
 		payloadBufs.Put(buf)
 	}
 	if err != nil {
-		return err
+		return e, false, err
 	}
 	w.replayID(&msg)
 	e.Msg, e.ReadAt, e.Type, e.Origin = &msg, it.ReadAt, c.typ, it.Origin
-	return w.submit(ctx, e)
+	return e, true, nil
 }
 
 // payloadBufs are the buffers a structured event's payload is built in

@@ -98,6 +98,7 @@ func (w *Watch) recovered(p any) error {
 	w.watcher = nil
 	w.setLive(nil)
 	w.ix.loaded = false
+	w.handling.Store(0) // a panic inside an object's handling ends it
 	return fmt.Errorf("%w: %v", errPanic, p)
 }
 

@@ -28,6 +28,7 @@ package watch
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -168,8 +169,8 @@ type Relisted struct {
 	Log  *zap.Logger
 }
 
-// Options are a watch's settings and dependencies. All but State and
-// AfterRelist are required.
+// Options are a watch's settings and dependencies. All but State,
+// AfterRelist and ObjectHook are required.
 type Options struct {
 	Source    *config.Source
 	Namespace string // "" for all namespaces or a cluster-scoped kind
@@ -209,6 +210,9 @@ type Options struct {
 	State StateObserver
 	// AfterRelist, if set, is called after each relist.
 	AfterRelist RelistHook
+	// ObjectHook, if set, is told of each object inside its handling
+	// (tests).
+	ObjectHook ObjectHook
 }
 
 // Watch is one running watch. Supervise is called by one goroutine at a
@@ -234,6 +238,13 @@ type Watch struct {
 	up          atomic.Bool
 	lastErr     atomic.Value // string: why the watch last stopped (for /readyz)
 	lastRead    atomic.Int64 // unix nanoseconds of the last change read (0: none yet; Beat)
+	// born is when the watch was built; handling is when the handling of
+	// its current object began, in nanoseconds since born plus one (0: not
+	// handling one), and stuck the handling mark the heartbeat walk found
+	// stuck last (handling.go).
+	born     time.Time
+	handling atomic.Int64
+	stuck    atomic.Int64
 
 	// Owned by the Supervise goroutine: what one attempt built and may reuse.
 	resource event.Resource
@@ -288,7 +299,7 @@ func New(o Options) *Watch {
 		filter[event.Type(t)] = src.Publishes(t)
 	}
 	w := &Watch{
-		o: o, key: checkpoint.Key(src.Name, o.Namespace), filter: filter,
+		o: o, key: checkpoint.Key(src.Name, o.Namespace), filter: filter, born: time.Now(),
 		log:        o.Logger.WithLazy(zap.String("source", src.Name), zap.String("namespace", o.Namespace)),
 		trackedG:   o.Metrics.TrackedObjects.WithLabelValues(src.Name),
 		filtered:   o.Metrics.EventsFiltered.WithLabelValues(src.Name),

@@ -214,7 +214,7 @@ func newRig(t *testing.T, srcName string, watchers ...*fakeWatcher) *rig {
 }
 
 // newRigWith is newRig with the configuration cfgYAML.
-func newRigWith(t *testing.T, cfgYAML, srcName string, watchers ...*fakeWatcher) *rig {
+func newRigWith(t testing.TB, cfgYAML, srcName string, watchers ...*fakeWatcher) *rig {
 	t.Helper()
 	cfg, err := config.Parse([]byte(cfgYAML), "test.yaml")
 	if err != nil {
@@ -719,7 +719,7 @@ func TestRelistHookSeesTheComparedRelist(t *testing.T) {
 
 // newMetrics returns the watches' metrics, with the source's and the
 // sink's, registered on a fresh registry.
-func newMetrics(t *testing.T) *Metrics {
+func newMetrics(t testing.TB) *Metrics {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	src, err := source.NewMetrics(reg)
