@@ -55,8 +55,9 @@ func TestHelmChartRefusesTheDefaultServiceAccountAndRelaydEnv(t *testing.T) {
 				t.Errorf("helm template: %v; want an error with %q", err, want)
 			}
 			if tc.release != "default" { // helm lint names the release itself
-				if _, err := helm(t, []string{"lint", "--strict", chartDir}, tc.values); err == nil || !strings.Contains(err.Error(), want) {
-					t.Errorf("helm lint --strict: %v; want an error with %q", err, want)
+				// helm lint prints the chart's problems on stdout.
+				if out, err := helm(t, []string{"lint", "--strict", chartDir}, tc.values); err == nil || !strings.Contains(string(out), want) {
+					t.Errorf("helm lint --strict: %v\n%s\nwant an error with %q", err, out, want)
 				}
 			}
 			_, err = helm(t, []string{"template", tc.release, chartDir, "-n", "relayd", "--skip-schema-validation"}, tc.values)
