@@ -622,9 +622,9 @@ natsSecret: {name: relayd.nats-1, mountPath: /etc/relayd-nats/}
 	// As applied, in full, rules in the chart's order.
 	core, list, rw := []string{""}, []string{"list", "watch"}, []string{"get", "update"}
 	checkAppliedRules(t, c, objs, []string{
-		rule("ClusterRole /"+release, []string{"networking.k8s.io"}, []string{"ingresses"}, nil, list),
-		rule("ClusterRole /"+release, []string{"certificates.k8s.io"}, []string{"certificatesigningrequests"}, nil, list),
-		rule("ClusterRole /"+release, []string{"flowcontrol.apiserver.k8s.io"}, []string{"flowschemas"}, nil, list),
+		rule("ClusterRole /relayd:"+ns+":"+release, []string{"networking.k8s.io"}, []string{"ingresses"}, nil, list),
+		rule("ClusterRole /relayd:"+ns+":"+release, []string{"certificates.k8s.io"}, []string{"certificatesigningrequests"}, nil, list),
+		rule("ClusterRole /relayd:"+ns+":"+release, []string{"flowcontrol.apiserver.k8s.io"}, []string{"flowschemas"}, nil, list),
 		rule("Role "+ns+"/relayd-edge-checkpoint", core, []string{"configmaps"}, []string{"relayd.positions-1"}, rw),
 		rule("Role "+ns+"/relayd-edge-leases", []string{"coordination.k8s.io"}, []string{"leases"}, strings.Split(leases, ","), rw),
 		rule("Role "+shop+"/relayd-edge-watch", core, []string{"configmaps"}, nil, list),
