@@ -1,4 +1,4 @@
-//go:build !relaydtest
+//go:build !testbuild
 
 package main
 
@@ -6,5 +6,5 @@ import "github.com/relayd/relayd/pkg/relay"
 
 // indexCheck is nil in the shipped binary: whatever the environment says
 // (RELAYD_INDEX_CHECK), it runs no index consistency check, and does not
-// contain one (internal/indexcheck is linked only with -tags relaydtest).
+// contain one (internal/indexcheck is linked only with -tags testbuild).
 func indexCheck(func(string) string) relay.IndexCheckFunc { return nil }

@@ -1,4 +1,4 @@
-//go:build relaydtest
+//go:build testbuild
 
 package main
 
@@ -7,7 +7,7 @@ import (
 	"github.com/relayd/relayd/pkg/relay"
 )
 
-// indexCheck, in a test build (-tags relaydtest: bin/relayd-test, the
+// indexCheck, in a test build (-tags testbuild: bin/relayd-test, the
 // chaos suite's build), is the index consistency check when getenv says
 // RELAYD_INDEX_CHECK=1 (docs/RELIABILITY.md).
 func indexCheck(getenv func(string) string) relay.IndexCheckFunc {

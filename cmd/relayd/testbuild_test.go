@@ -40,20 +40,20 @@ func goListDeps(t *testing.T, tags string) []string {
 // The shipped binary does not contain the index consistency check of the
 // tests: cmd/relayd built without tags (the Makefile's and the
 // Dockerfile's build) does not depend on internal/indexcheck, whatever
-// RELAYD_INDEX_CHECK says; the test build (-tags relaydtest) does.
+// RELAYD_INDEX_CHECK says; the test build (-tags testbuild) does.
 // `relayd version` tells the two apart.
 func TestShippedBuildHasNoIndexCheck(t *testing.T) {
 	if deps := goListDeps(t, ""); slices.Contains(deps, indexCheckPkg) {
 		t.Errorf("cmd/relayd without tags depends on %s: the shipped binary would contain the tests' index check", indexCheckPkg)
 	}
-	if deps := goListDeps(t, "relaydtest"); !slices.Contains(deps, indexCheckPkg) {
-		t.Errorf("cmd/relayd with -tags relaydtest does not depend on %s: the test build has no index check", indexCheckPkg)
+	if deps := goListDeps(t, "testbuild"); !slices.Contains(deps, indexCheckPkg) {
+		t.Errorf("cmd/relayd with -tags testbuild does not depend on %s: the test build has no index check", indexCheckPkg)
 	}
 	out, err := exec.Command(testenv.RelaydBin(t), "version").Output()
-	if err != nil || strings.Contains(string(out), "relaydtest") {
-		t.Errorf("$RELAYD_BIN version: %q (%v); want no relaydtest", out, err)
+	if err != nil || strings.Contains(string(out), "testbuild") {
+		t.Errorf("$RELAYD_BIN version: %q (%v); want no testbuild", out, err)
 	}
-	testenv.RelaydTestBin(t) // fails unless it says relaydtest=true
+	testenv.RelaydTestBin(t) // fails unless it says testbuild=true
 }
 
 // Against a real apiserver and NATS, with RELAYD_INDEX_CHECK=1 in both

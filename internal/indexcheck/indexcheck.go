@@ -5,7 +5,7 @@
 // resourceVersion, and stops relayd on any difference. pkg/relay calls it
 // only when given NewHook; the production engine (pkg/watch) knows it only
 // as a hook. The shipped binary does not contain this package: cmd/relayd
-// passes NewHook only when built with -tags relaydtest (bin/relayd-test),
+// passes NewHook only when built with -tags testbuild (bin/relayd-test),
 // and ignores EnvVar otherwise.
 package indexcheck
 
@@ -52,7 +52,7 @@ type Options struct {
 	Fail func(error)
 }
 
-// EnvVar turns the check on in a test build of relayd (-tags relaydtest)
+// EnvVar turns the check on in a test build of relayd (-tags testbuild)
 // when set to "1"; the shipped binary ignores it.
 const EnvVar = "RELAYD_INDEX_CHECK"
 

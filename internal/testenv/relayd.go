@@ -41,11 +41,11 @@ func RelaydBin(tb testing.TB) string {
 	return b
 }
 
-// RelaydTestBin returns the test build of relayd (-tags relaydtest, which
+// RelaydTestBin returns the test build of relayd (-tags testbuild, which
 // honours IndexCheckEnv): $RELAYD_TEST_BIN, else relayd-test next to
 // $RELAYD_BIN (`make build` builds both). It fails the test unless the
 // binary says it is a test build (`relayd version` prints
-// relaydtest=true), so a test that asks for the index check never runs
+// testbuild=true), so a test that asks for the index check never runs
 // without it.
 func RelaydTestBin(tb testing.TB) string {
 	tb.Helper()
@@ -54,20 +54,20 @@ func RelaydTestBin(tb testing.TB) string {
 		b = filepath.Join(filepath.Dir(RelaydBin(tb)), "relayd-test")
 	}
 	if _, err := os.Stat(b); err != nil {
-		tb.Fatalf("the test build of relayd: %v (run `make build`, which builds bin/relayd-test with -tags relaydtest; or set RELAYD_TEST_BIN)", err)
+		tb.Fatalf("the test build of relayd: %v (run `make build`, which builds bin/relayd-test with -tags testbuild; or set RELAYD_TEST_BIN)", err)
 	}
 	MustBeTestBuild(tb, b)
 	return b
 }
 
 // MustBeTestBuild fails the test unless bin says it is a test build of
-// relayd (`relayd version`: relaydtest=true), the only kind that runs the
+// relayd (`relayd version`: testbuild=true), the only kind that runs the
 // index consistency check it is asked for.
 func MustBeTestBuild(tb testing.TB, bin string) {
 	tb.Helper()
 	out, err := exec.Command(bin, "version").Output()
-	if err != nil || !strings.Contains(string(out), "relaydtest=true") {
-		tb.Fatalf("%s is not a test build of relayd (`relayd version`: %q, %v): it would ignore %s=1 and run without the index consistency check; build it with -tags relaydtest (`make build` builds bin/relayd-test)",
+	if err != nil || !strings.Contains(string(out), "testbuild=true") {
+		tb.Fatalf("%s is not a test build of relayd (`relayd version`: %q, %v): it would ignore %s=1 and run without the index consistency check; build it with -tags testbuild (`make build` builds bin/relayd-test)",
 			bin, strings.TrimSpace(string(out)), err, IndexCheckEnv)
 	}
 }

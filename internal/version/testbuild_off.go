@@ -1,6 +1,6 @@
-//go:build !relaydtest
+//go:build !testbuild
 
 package version
 
-// testBuild: built without the "relaydtest" tag (the shipped binary).
+// testBuild: built without the "testbuild" tag (the shipped binary).
 const testBuild = false

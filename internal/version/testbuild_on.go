@@ -1,6 +1,6 @@
-//go:build relaydtest
+//go:build testbuild
 
 package version
 
-// testBuild: built with the "relaydtest" tag (a test build).
+// testBuild: built with the "testbuild" tag (a test build).
 const testBuild = true

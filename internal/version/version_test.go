@@ -13,15 +13,15 @@ func TestStringNamesFailpoints(t *testing.T) {
 	if Failpoints() {
 		t.Fatal("Failpoints() is true in a build without -tags failpoints")
 	}
-	test := "" // a test build (-tags relaydtest) says so after failpoints
+	test := "" // a test build (-tags testbuild) says so after failpoints
 	if TestBuild() {
-		test = ", relaydtest=true"
+		test = ", testbuild=true"
 	}
 	want := "relayd " + Version + " (commit " + Commit + ", built " + BuildDate + ", " + runtime.Version() + ", failpoints=false" + test + ")"
 	if got := String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
-	if !regexp.MustCompile(`^relayd \S+ \(commit \S+, built \S+, go\S+, failpoints=(true|false)(, relaydtest=true)?\)$`).MatchString(String()) {
+	if !regexp.MustCompile(`^relayd \S+ \(commit \S+, built \S+, go\S+, failpoints=(true|false)(, testbuild=true)?\)$`).MatchString(String()) {
 		t.Errorf("String() = %q does not have the documented form", String())
 	}
 }

@@ -67,7 +67,7 @@ type Options struct {
 	// IndexCheck, if set, builds the relist hook that compares the object
 	// index with a consistent LIST after every relist, stopping Run (fail)
 	// on any difference: internal/indexcheck's NewHook, which the tests
-	// and test builds of cmd/relayd (-tags relaydtest) pass. The shipped
+	// and test builds of cmd/relayd (-tags testbuild) pass. The shipped
 	// binary passes nil and does not contain the check.
 	IndexCheck IndexCheckFunc
 }

@@ -155,7 +155,7 @@ func TestDockerfileBuildsWithTheMakefilesFlags(t *testing.T) {
 	}
 	// The lines of `make build` that build relayd: bin/relayd, the
 	// shipped binary, without build tags, and bin/relayd-test, the same
-	// with -tags relaydtest only.
+	// with -tags testbuild only.
 	var makeLine, testLine string
 	for _, l := range strings.Split(string(out), "\n") {
 		switch {
@@ -176,8 +176,8 @@ func TestDockerfileBuildsWithTheMakefilesFlags(t *testing.T) {
 	if strings.Contains(makeLine, "-tags") {
 		t.Errorf("make build builds bin/relayd with build tags: %q", makeLine)
 	}
-	if want := strings.Replace(strings.Replace(makeLine, " -o ", " -tags relaydtest -o ", 1), "/relayd ", "/relayd-test ", 1); testLine != want {
-		t.Errorf("make build builds bin/relayd-test as\n%q\nwant bin/relayd's build with -tags relaydtest:\n%q", testLine, want)
+	if want := strings.Replace(strings.Replace(makeLine, " -o ", " -tags testbuild -o ", 1), "/relayd ", "/relayd-test ", 1); testLine != want {
+		t.Errorf("make build builds bin/relayd-test as\n%q\nwant bin/relayd's build with -tags testbuild:\n%q", testLine, want)
 	}
 
 	ins := parseDockerfile(t, repoFile(t, "Dockerfile"))
