@@ -29,14 +29,20 @@ export RELAYD_TESTENV_BIN ?= $(CURDIR)/.cache/testenv/k8s-v1.37.1-etcd-v3.7.0
 # The second Kubernetes version of the tests (internal/testenv K8sVersionPrev).
 export RELAYD_TESTENV_BIN_PREV ?= $(CURDIR)/.cache/testenv/k8s-v1.35.4-etcd-v3.7.0
 export RELAYD_BIN := $(CURDIR)/$(BIN)/relayd
+# The test build: the same, with -tags testbuild, which honours the tests'
+# switches (RELAYD_INDEX_CHECK); the shipped binary ignores them and does
+# not contain the code (docs/RELIABILITY.md). Tests that turn the index
+# consistency check on run this one (internal/testenv RelaydTestBin).
+export RELAYD_TEST_BIN := $(CURDIR)/$(BIN)/relayd-test
 
 .PHONY: help
 help: ## Show this help.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/relayd (static, trimmed, version-stamped).
+build: ## Build bin/relayd (static, trimmed, version-stamped: the shipped binary) and bin/relayd-test (the same with -tags testbuild, for the tests).
 	$(GOBUILD) -o $(BIN)/relayd ./cmd/relayd
+	$(GOBUILD) -tags testbuild -o $(BIN)/relayd-test ./cmd/relayd
 
 # `make image` builds the container image as <IMAGE>:<VERSION>, the tag the
 # chart and the kustomize base pull by default (docs/DEPLOY.md, "The image").

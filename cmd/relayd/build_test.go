@@ -36,8 +36,9 @@ func TestShippedBuildHasNoFailpoints(t *testing.T) {
 }
 
 // A build with -tags failpoints, made the way the chaos suite makes it
-// (internal/chaos/scenario.BuildRelayd: go build -race -tags failpoints), says
-// failpoints=true in both places.
+// (internal/chaos/scenario.BuildRelayd: go build -race -tags
+// failpoints,testbuild; without testbuild here, whose version line adds
+// testbuild=true), says failpoints=true in both places.
 func TestFailpointBuildSaysSo(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {

@@ -236,3 +236,29 @@ current-context: ctx-a
 		t.Errorf("--context ctx-nope: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// A source of Secrets with a filter or keepManagedFields and without
+// allowSecretData is refused by check-config and by run (both through
+// config.Load's validation), naming each key.
+func TestSecretGuardsRefuseFilterAndManagedFields(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	doc := "cluster: dev\nnats: {url: nats://127.0.0.1:4222, stream: {name: K8S}}\nsources:\n" +
+		"  - {name: secrets, apiVersion: v1, kind: Secret, payload: metadata, filter: \"object.data.password.startsWith('YQ')\"}\n" +
+		"  - {name: secret-refs, resource: {version: v1, resource: secrets}, payload: reference, keepManagedFields: true}\n"
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		cfg + `:4: sources[0].filter: evaluates the Secret's data (relayd reads whole Secrets, and whether an object is published, enters or leaves scope tells something about its values); remove it, or set sources[0].allowSecretData: true`,
+		cfg + `:5: sources[1].keepManagedFields: true publishes the name of every data key of the Secret (managedFields lists each field a writer set); leave it false, or set sources[1].allowSecretData: true`,
+	}
+	r := runBin(t, "", "check-config", "-c", cfg)
+	if w := "Checking " + cfg + "\n  FAILED:\n    " + want[0] + "\n    " + want[1] + "\n"; r.code != 1 || r.stdout != w {
+		t.Errorf("check-config: exit %d\n%s%s\nwant exit 1 and\n%s", r.code, r.stdout, r.stderr, w)
+	}
+	r = runBin(t, "", "run", "-c", cfg, "--kubeconfig", filepath.Join(dir, "none"), "--log-format", "console")
+	if r.code != 1 || !strings.Contains(r.stderr, "  "+want[0]+"\n  "+want[1]+"\n") {
+		t.Errorf("run: exit %d, want 1 and the two problems:\n%s", r.code, r.stderr)
+	}
+}

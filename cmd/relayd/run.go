@@ -79,12 +79,16 @@ plain text whatever --log-format says, and relayd exits 1.`, `
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	check := indexCheck(os.Getenv)
 	log.Info("starting", zap.String("version", version.Version), zap.Bool("failpoints", version.Failpoints()), zap.String("config", *cfgPath),
 		zap.String("cluster", cfg.Cluster), zap.Int("sources", len(cfg.Sources)))
+	if check != nil {
+		log.Info("index consistency check on (a test build, RELAYD_INDEX_CHECK=1): every relist is compared with a consistent LIST")
+	}
 	err = relay.Run(ctx, relay.Options{
 		Config: cfg, RestConfig: restCfg, Logger: log, Registry: prometheus.NewRegistry(),
 		MetricsAddr: *metricsAddr, HealthAddr: *healthAddr,
-		IndexCheck: os.Getenv(relay.IndexCheckEnv) == "1",
+		IndexCheck: check,
 		Identity:   os.Getenv("POD_NAME"), // the downward API; the host name otherwise
 	})
 	if err != nil {

@@ -93,7 +93,7 @@ func TestNodeConsumerFollowsTheCluster(t *testing.T) {
 	for _, l := range lanes {
 		l.state = filepath.Join(stateDir, l.cluster+".json")
 		l.relayd = env.Relayd(t, relaydConfig(l, ns, cpNS))
-		l.relayd.Env = []string{"RELAYD_INDEX_CHECK=1"}
+		l.relayd.IndexCheck()
 		l.relayd.Start()
 		l.start(t, js, script, kubeconfig)
 	}
@@ -670,7 +670,7 @@ func TestNodeConsumerFollowsAFilter(t *testing.T) {
 		l.state = filepath.Join(stateDir, l.cluster+".json")
 		l.relayd = env.Relayd(t, relaydConfig(l, ns, cpNS)+
 			"    filter: \"has(object.metadata.labels) && 'in' in object.metadata.labels\"\n")
-		l.relayd.Env = []string{"RELAYD_INDEX_CHECK=1"}
+		l.relayd.IndexCheck()
 		l.relayd.Start()
 		l.start(t, js, script, "")
 	}

@@ -115,7 +115,7 @@ func TestViewFollowsTheClusterThroughRestartsAndAGap(t *testing.T) {
 	}
 	for _, l := range lanes {
 		l.relayd = env.Relayd(t, relaydConfig(l, ns, cpNS))
-		l.relayd.Env = []string{"RELAYD_INDEX_CHECK=1"}
+		l.relayd.IndexCheck()
 		l.relayd.Start()
 		if l.view, err = OpenView(ctx, js, "view-"+l.cluster); err != nil {
 			t.Fatal(err)

@@ -42,7 +42,7 @@ func TestViewFollowsAFilter(t *testing.T) {
 	for _, l := range lanes {
 		l.relayd = env.Relayd(t, relaydConfig(l, ns, cpNS)+
 			"    filter: \"has(object.metadata.labels) && 'in' in object.metadata.labels\"\n")
-		l.relayd.Env = []string{"RELAYD_INDEX_CHECK=1"}
+		l.relayd.IndexCheck()
 		l.relayd.Start()
 		if l.view, err = OpenView(ctx, js, "view-"+l.cluster); err != nil {
 			t.Fatal(err)

@@ -40,7 +40,7 @@ func TestReconcileAfterIndexLost(t *testing.T) {
 	n := runs.Add(1)
 	l := &lane{mode: "structured", cluster: fmt.Sprint("exr", n), stream: fmt.Sprint("EXR", n)}
 	l.relayd = env.Relayd(t, relaydConfig(l, ns, cpNS))
-	l.relayd.Env = []string{"RELAYD_INDEX_CHECK=1"}
+	l.relayd.IndexCheck()
 	l.relayd.Start()
 	if l.view, err = OpenView(ctx, js, "view-"+l.cluster); err != nil {
 		t.Fatal(err)

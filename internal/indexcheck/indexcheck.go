@@ -1,9 +1,12 @@
 // Package indexcheck is the index consistency check of the tests
-// (RELAYD_INDEX_CHECK, relay.Options.IndexCheck): a watch.RelistHook that,
-// after every relist, compares the watch's object index with a consistent
-// LIST at the relist's resourceVersion, and stops relayd on any
-// difference. pkg/relay wires it only when asked; the production engine
-// (pkg/watch) knows it only as a hook.
+// (relay.Options.IndexCheck; RELAYD_INDEX_CHECK=1 in a test build of
+// relayd): a watch.RelistHook that, after every relist, compares the
+// watch's object index with a consistent LIST at the relist's
+// resourceVersion, and stops relayd on any difference. pkg/relay calls it
+// only when given NewHook; the production engine (pkg/watch) knows it only
+// as a hook. The shipped binary does not contain this package: cmd/relayd
+// passes NewHook only when built with -tags testbuild (bin/relayd-test),
+// and ignores EnvVar otherwise.
 package indexcheck
 
 import (
@@ -47,6 +50,16 @@ type Options struct {
 	Self watch.SelfFilter
 	// Fail is told a difference; it stops relayd.
 	Fail func(error)
+}
+
+// EnvVar turns the check on in a test build of relayd (-tags testbuild)
+// when set to "1"; the shipped binary ignores it.
+const EnvVar = "RELAYD_INDEX_CHECK"
+
+// NewHook returns the check of the watches over the index bucket b, for
+// relay.Options.IndexCheck (whose type, relay.IndexCheckFunc, it has).
+func NewHook(b *index.Bucket, kube source.Clients, self watch.SelfFilter, fail func(error)) watch.RelistHook {
+	return New(Options{Bucket: b, Clients: kube, Self: self, Fail: fail})
 }
 
 // Checker is the check, one for all watches.

@@ -25,10 +25,22 @@ func GoVersion() string { return runtime.Version() }
 // the build tag, so no -ldflags can set it.
 func Failpoints() bool { return failpoint.Enabled }
 
+// TestBuild reports whether the binary was built with the "testbuild"
+// build tag: a test build (bin/relayd-test, the chaos suite's), which
+// honours the tests' switches (RELAYD_INDEX_CHECK). The shipped binary is
+// never one. It follows from the build tag, so no -ldflags can set it.
+func TestBuild() bool { return testBuild }
+
 // String is the one-line form printed by `relayd version`, e.g.
 //
 //	relayd v1.4.0 (commit 9520d9a, built 2026-11-24T07:00:00Z, go1.26.0, failpoints=false)
+//
+// A test build (TestBuild) adds ", testbuild=true" after failpoints.
 func String() string {
-	return "relayd " + Version + " (commit " + Commit + ", built " + BuildDate + ", " + GoVersion() +
-		", failpoints=" + strconv.FormatBool(Failpoints()) + ")"
+	s := "relayd " + Version + " (commit " + Commit + ", built " + BuildDate + ", " + GoVersion() +
+		", failpoints=" + strconv.FormatBool(Failpoints())
+	if TestBuild() {
+		s += ", testbuild=true"
+	}
+	return s + ")"
 }

@@ -13,11 +13,15 @@ func TestStringNamesFailpoints(t *testing.T) {
 	if Failpoints() {
 		t.Fatal("Failpoints() is true in a build without -tags failpoints")
 	}
-	want := "relayd " + Version + " (commit " + Commit + ", built " + BuildDate + ", " + runtime.Version() + ", failpoints=false)"
+	test := "" // a test build (-tags testbuild) says so after failpoints
+	if TestBuild() {
+		test = ", testbuild=true"
+	}
+	want := "relayd " + Version + " (commit " + Commit + ", built " + BuildDate + ", " + runtime.Version() + ", failpoints=false" + test + ")"
 	if got := String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
-	if !regexp.MustCompile(`^relayd \S+ \(commit \S+, built \S+, go\S+, failpoints=(true|false)\)$`).MatchString(String()) {
+	if !regexp.MustCompile(`^relayd \S+ \(commit \S+, built \S+, go\S+, failpoints=(true|false)(, testbuild=true)?\)$`).MatchString(String()) {
 		t.Errorf("String() = %q does not have the documented form", String())
 	}
 }

@@ -350,9 +350,10 @@ type Source struct {
 	// whole object as last applied, a Secret's data included) in full and
 	// metadata payloads; it is removed by default.
 	KeepLastAppliedConfiguration bool `yaml:"keepLastAppliedConfiguration"`
-	// AllowSecretData allows, for a source of Secrets, what would publish or
-	// fingerprint the Secret's data: payload full,
-	// KeepLastAppliedConfiguration and IgnoreChanges.
+	// AllowSecretData allows, for a source of Secrets, what would publish,
+	// fingerprint or evaluate the Secret's data: payload full,
+	// KeepLastAppliedConfiguration, KeepManagedFields, IgnoreChanges,
+	// ChangedPaths and Filter.
 	AllowSecretData bool `yaml:"allowSecretData"`
 	// Drop lists field paths (pkg/event path syntax, e.g.
 	// "spec.template.spec.containers[*].env") removed from every payload.

@@ -100,6 +100,14 @@ bad-secret-ignore-changes.yaml:13: sources[0].ignoreChanges: fingerprints the Se
 
 		"good-secret-fingerprint.yaml": "",
 
+		"bad-secret-filter.yaml": `bad-secret-filter.yaml:11: sources[0].filter: evaluates the Secret's data (relayd reads whole Secrets, and whether an object is published, enters or leaves scope tells something about its values); remove it, or set sources[0].allowSecretData: true
+bad-secret-filter.yaml:15: sources[1].filter: evaluates the Secret's data (relayd reads whole Secrets, and whether an object is published, enters or leaves scope tells something about its values); remove it, or set sources[1].allowSecretData: true`,
+
+		"bad-secret-managed-fields.yaml": `bad-secret-managed-fields.yaml:11: sources[0].keepManagedFields: true publishes the name of every data key of the Secret (managedFields lists each field a writer set); leave it false, or set sources[0].allowSecretData: true
+bad-secret-managed-fields.yaml:15: sources[1].keepManagedFields: true publishes the name of every data key of the Secret (managedFields lists each field a writer set); leave it false, or set sources[1].allowSecretData: true`,
+
+		"good-secret-filter.yaml": "",
+
 		"bad-filter.yaml": `bad-filter.yaml:10:51: sources[0].filter: invalid expression at column 39: undeclared reference to 'foo'
 bad-filter.yaml:14:44: sources[1].filter: invalid expression at column 31: undeclared reference to 'nope'
 bad-filter.yaml:20:31: sources[2].filter: invalid expression at line 3, column 1: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}

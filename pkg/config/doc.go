@@ -244,13 +244,19 @@
 //     left with no annotation shows "annotations":{}.
 //   - allowSecretData (default false): allow, for a source of Secrets
 //     (apiVersion v1 + kind Secret, or resource {group: "", resource:
-//     secrets}), what publishes or fingerprints their data: payload full,
-//     keepLastAppliedConfiguration (the annotation holds the whole Secret)
-//     and ignoreChanges (relayd then reads whole Secrets and stores a
-//     fingerprint of each, data included, in the index bucket). Without it
-//     each is an error naming its key (sources[i].payload,
-//     sources[i].keepLastAppliedConfiguration, sources[i].ignoreChanges).
-//     ignoreChanges on Secrets also needs nats.index.fingerprintKeyFile.
+//     secrets}), what publishes, fingerprints or evaluates their data:
+//     payload full, keepLastAppliedConfiguration (the annotation holds the
+//     whole Secret), keepManagedFields (managedFields names every data
+//     key), ignoreChanges and changedPaths (relayd then reads whole Secrets
+//     and stores fingerprints of them, data included, in the index bucket)
+//     and filter (relayd then reads whole Secrets, and whether one is
+//     published, enters or leaves scope tells something about its
+//     values). Without it each is an error naming its key
+//     (sources[i].payload, sources[i].keepLastAppliedConfiguration,
+//     sources[i].keepManagedFields, sources[i].ignoreChanges,
+//     sources[i].changedPaths, sources[i].filter); the schema states the
+//     same rule. ignoreChanges and changedPaths on Secrets also need
+//     nats.index.fingerprintKeyFile.
 //   - drop (default none): field paths removed from every payload (full and
 //     metadata), e.g. "spec.template.spec.containers[*].env" or
 //     'metadata.annotations["example.com/token"]'. The syntax (package

@@ -18,20 +18,34 @@ type JSONSchema struct {
 	Title       string `json:"title,omitempty"`
 	Description string `json:"description,omitempty"`
 	// Type is a type name or a list of them.
-	Type                 any         `json:"type,omitempty"`
-	Enum                 []string    `json:"enum,omitempty"`
-	Pattern              string      `json:"pattern,omitempty"`
-	MaxLength            int         `json:"maxLength,omitempty"`
-	MinLength            int         `json:"minLength,omitempty"`
-	Minimum              *float64    `json:"minimum,omitempty"`
-	Maximum              *float64    `json:"maximum,omitempty"`
-	Not                  *JSONSchema `json:"not,omitempty"`
-	Required             []string    `json:"required,omitempty"`
-	AdditionalProperties *bool       `json:"additionalProperties,omitempty"`
-	Properties           Properties  `json:"properties,omitempty"`
-	Items                *JSONSchema `json:"items,omitempty"`
-	MinItems             int         `json:"minItems,omitempty"`
-	UniqueItems          bool        `json:"uniqueItems,omitempty"`
+	Type                 any           `json:"type,omitempty"`
+	Enum                 []string      `json:"enum,omitempty"`
+	Const                any           `json:"const,omitempty"`
+	Pattern              string        `json:"pattern,omitempty"`
+	MaxLength            int           `json:"maxLength,omitempty"`
+	MinLength            int           `json:"minLength,omitempty"`
+	Minimum              *float64      `json:"minimum,omitempty"`
+	Maximum              *float64      `json:"maximum,omitempty"`
+	Not                  *JSONSchema   `json:"not,omitempty"`
+	Required             []string      `json:"required,omitempty"`
+	AdditionalProperties *bool         `json:"additionalProperties,omitempty"`
+	Properties           Properties    `json:"properties,omitempty"`
+	Items                *JSONSchema   `json:"items,omitempty"`
+	MinItems             int           `json:"minItems,omitempty"`
+	MaxItems             *int          `json:"maxItems,omitempty"`
+	UniqueItems          bool          `json:"uniqueItems,omitempty"`
+	AnyOf                []*JSONSchema `json:"anyOf,omitempty"`
+	// If and Then state a rule between the keys of an object (see
+	// schemaRuler).
+	If   *JSONSchema `json:"if,omitempty"`
+	Then *JSONSchema `json:"then,omitempty"`
+}
+
+// schemaRuler is implemented by the struct types of the configuration
+// with a rule between their keys that a JSON Schema can state as if/then:
+// object adds it to the type's schema.
+type schemaRuler interface {
+	schemaRule() (ifs, then *JSONSchema)
 }
 
 // Property is one entry of JSONSchema.Properties.
@@ -189,6 +203,7 @@ func (f stringFormat) schema(optional bool) *JSONSchema {
 
 var (
 	describerType   = reflect.TypeFor[SchemaDescriber]()
+	rulerType       = reflect.TypeFor[schemaRuler]()
 	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 )
 
@@ -266,6 +281,9 @@ func (g schemaGen) object(t reflect.Type) (*JSONSchema, error) {
 			s.Required = append(s.Required, name)
 		}
 	}
+	if t.Implements(rulerType) {
+		s.If, s.Then = reflect.Zero(t).Interface().(schemaRuler).schemaRule()
+	}
 	return s, nil
 }
 
@@ -310,3 +328,37 @@ func (EventType) JSONSchema() *JSONSchema { return enumSchema(AllEventTypes()) }
 func isDNS1123Subdomain(s string) bool { return len(validation.IsDNS1123Subdomain(s)) == 0 }
 
 func isDNS1035Label(s string) bool { return len(validation.IsDNS1035Label(s)) == 0 }
+
+// schemaRule states the Secret guard of Validate (payload): a source of
+// core v1 Secrets, by apiVersion+kind or by resource, without
+// allowSecretData: true publishes, fingerprints and evaluates no data: its
+// payload is metadata or reference (full is the default), and it keeps no
+// managedFields or last-applied annotation, has no ignoreChanges,
+// changedPaths or filter.
+func (Source) schemaRule() (ifs, then *JSONSchema) {
+	str := func(v string) *JSONSchema { return &JSONSchema{Const: v} }
+	ifs = &JSONSchema{
+		AnyOf: []*JSONSchema{
+			{Required: []string{"apiVersion", "kind"}, Properties: Properties{{"apiVersion", str("v1")}, {"kind", str("Secret")}}},
+			{Required: []string{"resource"}, Properties: Properties{{"resource", &JSONSchema{
+				Required: []string{"resource"}, Properties: Properties{{"group", str("")}, {"resource", str("secrets")}}}}}},
+		},
+		Not: &JSONSchema{Required: []string{"allowSecretData"}, Properties: Properties{{"allowSecretData", &JSONSchema{Const: true}}}},
+	}
+	zero := 0
+	none := &JSONSchema{MaxItems: &zero}
+	then = &JSONSchema{
+		Description: "A source of Secrets without allowSecretData: true publishes, fingerprints and evaluates none of their data: " +
+			"payload metadata or reference, and no keepManagedFields, keepLastAppliedConfiguration, ignoreChanges, changedPaths or filter.",
+		Required: []string{"payload"},
+		Properties: Properties{
+			{"payload", &JSONSchema{Enum: []string{string(PayloadMetadata), string(PayloadReference)}}},
+			{"keepManagedFields", &JSONSchema{Const: false}},
+			{"keepLastAppliedConfiguration", &JSONSchema{Const: false}},
+			{"ignoreChanges", none},
+			{"changedPaths", none},
+			{"filter", str("")},
+		},
+	}
+	return ifs, then
+}

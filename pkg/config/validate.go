@@ -509,10 +509,13 @@ func (v *validator) eventTypes(p string, types []EventType) {
 }
 
 // payload checks the payload mode of source p, and that a Secret source
-// publishes or fingerprints its data only when allowSecretData says so:
-// payload full; the last-applied annotation, which holds the whole Secret
-// as applied; ignoreChanges, whose fingerprint hashes the whole Secret and
-// is stored in the index bucket.
+// publishes, fingerprints or evaluates its data only when allowSecretData
+// says so: payload full; the last-applied annotation, which holds the
+// whole Secret as applied; managedFields, whose fieldsV1 name every data
+// key; ignoreChanges and changedPaths, whose fingerprints hash the Secret
+// and are stored in the index bucket; a filter, which reads whole Secrets
+// and whose result (published or not, entering or leaving scope) tells
+// something about the values.
 func (v *validator) payload(p string, s *Source) {
 	if pl := s.Payload; !slices.Contains(payloads, pl) {
 		v.add(p+".payload", "%q is not a valid payload (must be %s)", pl, orList(payloads))
@@ -527,6 +530,12 @@ func (v *validator) payload(p string, s *Source) {
 	}
 	if len(s.ChangedPaths) > 0 && s.IsSecret() && !s.AllowSecretData {
 		v.add(p+".changedPaths", "fingerprints parts of the Secret (relayd reads whole Secrets and stores a hash of each path in the index bucket); remove it, or set %s.allowSecretData: true", p)
+	}
+	if s.KeepManagedFields && s.IsSecret() && !s.AllowSecretData {
+		v.add(p+".keepManagedFields", "true publishes the name of every data key of the Secret (managedFields lists each field a writer set); leave it false, or set %s.allowSecretData: true", p)
+	}
+	if s.Filter != "" && s.IsSecret() && !s.AllowSecretData {
+		v.add(p+".filter", "evaluates the Secret's data (relayd reads whole Secrets, and whether an object is published, enters or leaves scope tells something about its values); remove it, or set %s.allowSecretData: true", p)
 	}
 }
 

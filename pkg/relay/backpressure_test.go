@@ -21,7 +21,6 @@ import (
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/index"
-	"github.com/relayd/relayd/pkg/relay"
 )
 
 // Backpressure and memory bounds, shown on the relayd binary (its RSS is
@@ -55,7 +54,7 @@ func serveWrapped(t *testing.T, p *relaydProc, wrap []string, env ...string) *se
 	argv := append(append([]string(nil), wrap...), p.bin, "run", "-c", p.conf, "--kubeconfig", p.kc,
 		"--metrics-bind-address", addr, "--health-probe-bind-address", addr, "--log-level", "info")
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(append(os.Environ(), relay.IndexCheckEnv+"=1"), env...)
+	cmd.Env = append(append(os.Environ(), testenv.IndexCheckEnv+"=1"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.OpenFile(filepath.Join(p.dir, "relayd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relayd/relayd/internal/indexcheck"
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
 	"github.com/relayd/relayd/pkg/relay"
@@ -52,7 +53,7 @@ func (f *fixture) startLogged(rc *rest.Config, wantReady bool) (*running, *obser
 			Config: f.config(), RestConfig: rc, Logger: log, Registry: r.reg,
 			MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
 			Ready:      func(_, h string) { addrs <- h },
-			IndexCheck: true,
+			IndexCheck: indexcheck.NewHook,
 		})
 	}()
 	select {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/pkg/event"
-	"github.com/relayd/relayd/pkg/relay"
 )
 
 // relaydProc runs the relayd binary for a fixture, as a pod would.
@@ -53,7 +52,7 @@ func (p *relaydProc) start() {
 	p.t.Helper()
 	cmd := exec.Command(p.bin, "run", "-c", p.conf, "--kubeconfig", p.kc,
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0", "--log-level", "info")
-	cmd.Env = append(append(os.Environ(), relay.IndexCheckEnv+"=1"), p.env...)
+	cmd.Env = append(append(os.Environ(), testenv.IndexCheckEnv+"=1"), p.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.OpenFile(filepath.Join(p.dir, "relayd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/relayd/relayd/internal/indexcheck"
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/internal/testutil"
 	"github.com/relayd/relayd/pkg/checkpoint"
@@ -240,7 +241,7 @@ func (f *fixture) startAs(id string, rc *rest.Config, wantReady bool) *running {
 			Config: cfg, RestConfig: rc, Logger: log, Registry: r.reg, Identity: id,
 			MetricsAddr: "127.0.0.1:0", HealthAddr: "127.0.0.1:0",
 			Ready:      func(_, h string) { addrs <- h },
-			IndexCheck: true, // every relist in every test is checked against a consistent LIST
+			IndexCheck: indexcheck.NewHook, // every relist in every test is checked against a consistent LIST
 			ObjectHook: f.objectHook,
 		})
 	}()

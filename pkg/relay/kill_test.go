@@ -15,21 +15,13 @@ import (
 	"github.com/relayd/relayd/internal/testenv"
 )
 
-// relaydBinary is bin/relayd as built by `make build` (RELAYD_BIN), or a
-// fresh build for `go test` run by hand.
+// relaydBinary is the test build of relayd, bin/relayd-test as built by
+// `make build` (testenv.RelaydTestBin): the binary tests run it with the
+// index consistency check on (RELAYD_INDEX_CHECK=1), which only a test
+// build honours.
 func relaydBinary(t *testing.T) string {
 	t.Helper()
-	if b := os.Getenv("RELAYD_BIN"); b != "" {
-		if _, err := os.Stat(b); err == nil {
-			return b
-		}
-	}
-	out := filepath.Join(t.TempDir(), "relayd")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/relayd/relayd/cmd/relayd")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build relayd: %v\n%s", err, b)
-	}
-	return out
+	return testenv.RelaydTestBin(t)
 }
 
 func TestKill9BetweenWritesLosesNothingAndStoresEachChangeOnce(t *testing.T) {

@@ -65,11 +65,19 @@ type Options struct {
 	// Identity names this replica in the sharding Leases (sharding.enabled);
 	// default: the host name. cmd/relayd passes $POD_NAME.
 	Identity string
-	// IndexCheck compares the object index with a consistent LIST after
-	// every relist, stopping Run on any difference (tests, IndexCheckEnv).
-	IndexCheck bool
+	// IndexCheck, if set, builds the relist hook that compares the object
+	// index with a consistent LIST after every relist, stopping Run (fail)
+	// on any difference: internal/indexcheck's NewHook, which the tests
+	// and test builds of cmd/relayd (-tags testbuild) pass. The shipped
+	// binary passes nil and does not contain the check.
+	IndexCheck IndexCheckFunc
 	ObjectHook watch.ObjectHook // tests: told of each object inside its handling (watch.ObjectHook)
 }
+
+// IndexCheckFunc builds the index consistency check of the watches over
+// the index bucket b (Options.IndexCheck): kube lists, self are relayd's
+// own objects (left out as the watches leave them out), fail stops Run.
+type IndexCheckFunc func(b *index.Bucket, kube source.Clients, self watch.SelfFilter, fail func(error)) watch.RelistHook
 
 func (o *Options) validate() error {
 	var errs []error

@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/relayd/relayd/internal/indexcheck"
 	"github.com/relayd/relayd/internal/retry"
 	"github.com/relayd/relayd/pkg/checkpoint"
 	"github.com/relayd/relayd/pkg/config"
@@ -20,12 +19,6 @@ import (
 	"github.com/relayd/relayd/pkg/source"
 	"github.com/relayd/relayd/pkg/watch"
 )
-
-// IndexCheckEnv is the environment variable that turns on the index
-// consistency check (for tests): after every relist relayd compares its
-// object index with a consistent LIST at the relist's resourceVersion and
-// stops on any difference. cmd/relayd maps it to Options.IndexCheck.
-const IndexCheckEnv = "RELAYD_INDEX_CHECK"
 
 // newWatches builds the watches of one source over the open index bucket
 // b: one per namespace (or one for all namespaces / a cluster-scoped kind),
@@ -48,8 +41,8 @@ func (r *relay) newWatches(src *config.Source, b *index.Bucket) []*watch.Watch {
 	}
 	kube, self := source.Clients{Config: r.o.RestConfig, HTTP: r.httpc}, ownObjects{r.cfg}
 	var check watch.RelistHook // nil: none
-	if r.o.IndexCheck {
-		check = indexcheck.New(indexcheck.Options{Bucket: b, Clients: kube, Self: self, Fail: r.fail})
+	if r.o.IndexCheck != nil {
+		check = r.o.IndexCheck(b, kube, self, r.fail)
 	}
 	ws, resolver := []*watch.Watch(nil), source.NewSharedResolver(r.disco) // one discovery request for all its watches
 	for _, ns := range namespaces {

@@ -153,16 +153,32 @@ func TestDockerfileBuildsWithTheMakefilesFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make -n build: %v", err)
 	}
-	var makeLine string // the line of `make build` that builds relayd
+	// The lines of `make build` that build relayd: bin/relayd, the
+	// shipped binary, without build tags, and bin/relayd-test, the same
+	// with -tags testbuild only.
+	var makeLine, testLine string
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, " build ") && strings.Contains(l, "./cmd/relayd") {
+		switch {
+		case !strings.Contains(l, " build ") || !strings.Contains(l, "./cmd/relayd"):
+		case strings.Contains(l, "/relayd-test "):
+			testLine = l
+		default:
+			if makeLine != "" {
+				t.Fatalf("make -n build builds ./cmd/relayd twice besides bin/relayd-test:\n%s", out)
+			}
 			makeLine = l
 		}
 	}
-	if makeLine == "" {
-		t.Fatalf("make -n build printed no go build of ./cmd/relayd:\n%s", out)
+	if makeLine == "" || testLine == "" {
+		t.Fatalf("make -n build printed no go build of ./cmd/relayd into bin/relayd and bin/relayd-test:\n%s", out)
 	}
 	mk := parseGoBuild(t, shellWords(t, makeLine, nil))
+	if strings.Contains(makeLine, "-tags") {
+		t.Errorf("make build builds bin/relayd with build tags: %q", makeLine)
+	}
+	if want := strings.Replace(strings.Replace(makeLine, " -o ", " -tags testbuild -o ", 1), "/relayd ", "/relayd-test ", 1); testLine != want {
+		t.Errorf("make build builds bin/relayd-test as\n%q\nwant bin/relayd's build with -tags testbuild:\n%q", testLine, want)
+	}
 
 	ins := parseDockerfile(t, repoFile(t, "Dockerfile"))
 	var runs []instruction

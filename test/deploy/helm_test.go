@@ -363,8 +363,8 @@ func TestHelmChartRBACIsEnoughAndEveryPermissionIsNeeded(t *testing.T) {
 		roles = append(roles, fmt.Sprintf("%s %s/%s: %s %s", p.roleKind, p.namespace, p.roleName, p.verb, p.resource))
 	}
 	want := []string{
-		"ClusterRole /relayd-helm: list deployments",
-		"ClusterRole /relayd-helm: watch deployments",
+		"ClusterRole /relayd:relayd-helm:relayd-helm: list deployments",
+		"ClusterRole /relayd:relayd-helm:relayd-helm: watch deployments",
 		"Role " + watched + "/relayd-helm-watch: list configmaps",
 		"Role " + watched + "/relayd-helm-watch: watch configmaps",
 		"Role relayd-helm/relayd-helm-checkpoint: get configmaps",
@@ -378,7 +378,7 @@ func TestHelmChartRBACIsEnoughAndEveryPermissionIsNeeded(t *testing.T) {
 	// As applied, in full: resourceNames included.
 	core, list, rw := []string{""}, []string{"list", "watch"}, []string{"get", "update"}
 	checkAppliedRules(t, in.c, objs, []string{
-		rule("ClusterRole /relayd-helm", []string{"apps"}, []string{"deployments"}, nil, list),
+		rule("ClusterRole /relayd:relayd-helm:relayd-helm", []string{"apps"}, []string{"deployments"}, nil, list),
 		rule("Role "+watched+"/relayd-helm-watch", core, []string{"configmaps"}, nil, list),
 		rule("Role relayd-helm/relayd-helm-checkpoint", core, []string{"configmaps"}, []string{"relayd-helm-checkpoint"}, rw),
 	})
@@ -407,6 +407,10 @@ func TestHelmLintSchemaAndFailures(t *testing.T) {
 		{"unknown value", "replica: 2\n", schemaErr},
 		{"unknown value, named", "replica: 2\n", "'replica'"},
 		{"not an enum value", "logLevel: verbose\n", "'/logLevel'"},
+		{"a filter on Secrets without allowSecretData",
+			"config: {sources: [{name: s, resource: {version: v1, resource: secrets}, payload: reference, filter: 'true'}]}\n", "'/config/sources/0/filter'"},
+		{"managedFields of Secrets without allowSecretData",
+			"config: {sources: [{name: s, apiVersion: v1, kind: Secret, payload: metadata, keepManagedFields: true}]}\nrbac: {resources: {s: secrets}}\n", "'/config/sources/0/keepManagedFields'"},
 		{"a source both by kind and by resource",
 			"config: {sources: [{name: configmaps, apiVersion: v1, kind: ConfigMap, resource: {version: v1, resource: configmaps}}]}\n",
 			`source "configmaps": name it either by resource: or by apiVersion + kind, not both`},
@@ -583,12 +587,12 @@ natsSecret: {name: relayd.nats-1, mountPath: /etc/relayd-nats/}
 	}
 	leases := "relayd-edge-ingresses,relayd-edge-cms,relayd-edge-pdbs,relayd-edge-csrs,relayd-edge-flows" // in the sources' order
 	want := []string{
-		"ClusterRole : list certificatesigningrequests.certificates.k8s.io (ClusterRole relayd-edge)",
-		"ClusterRole : list flowschemas.flowcontrol.apiserver.k8s.io (ClusterRole relayd-edge)",
-		"ClusterRole : list ingresses.networking.k8s.io (ClusterRole relayd-edge)",
-		"ClusterRole : watch certificatesigningrequests.certificates.k8s.io (ClusterRole relayd-edge)",
-		"ClusterRole : watch flowschemas.flowcontrol.apiserver.k8s.io (ClusterRole relayd-edge)",
-		"ClusterRole : watch ingresses.networking.k8s.io (ClusterRole relayd-edge)",
+		"ClusterRole : list certificatesigningrequests.certificates.k8s.io (ClusterRole relayd:" + ns + ":relayd-edge)",
+		"ClusterRole : list flowschemas.flowcontrol.apiserver.k8s.io (ClusterRole relayd:" + ns + ":relayd-edge)",
+		"ClusterRole : list ingresses.networking.k8s.io (ClusterRole relayd:" + ns + ":relayd-edge)",
+		"ClusterRole : watch certificatesigningrequests.certificates.k8s.io (ClusterRole relayd:" + ns + ":relayd-edge)",
+		"ClusterRole : watch flowschemas.flowcontrol.apiserver.k8s.io (ClusterRole relayd:" + ns + ":relayd-edge)",
+		"ClusterRole : watch ingresses.networking.k8s.io (ClusterRole relayd:" + ns + ":relayd-edge)",
 		"Role " + ns + ": get configmaps relayd.positions-1 (Role relayd-edge-checkpoint)",
 		"Role " + ns + ": get leases.coordination.k8s.io " + leases + " (Role relayd-edge-leases)",
 		"Role " + shop + ": list configmaps (Role relayd-edge-watch)",
@@ -622,9 +626,9 @@ natsSecret: {name: relayd.nats-1, mountPath: /etc/relayd-nats/}
 	// As applied, in full, rules in the chart's order.
 	core, list, rw := []string{""}, []string{"list", "watch"}, []string{"get", "update"}
 	checkAppliedRules(t, c, objs, []string{
-		rule("ClusterRole /"+release, []string{"networking.k8s.io"}, []string{"ingresses"}, nil, list),
-		rule("ClusterRole /"+release, []string{"certificates.k8s.io"}, []string{"certificatesigningrequests"}, nil, list),
-		rule("ClusterRole /"+release, []string{"flowcontrol.apiserver.k8s.io"}, []string{"flowschemas"}, nil, list),
+		rule("ClusterRole /relayd:"+ns+":"+release, []string{"networking.k8s.io"}, []string{"ingresses"}, nil, list),
+		rule("ClusterRole /relayd:"+ns+":"+release, []string{"certificates.k8s.io"}, []string{"certificatesigningrequests"}, nil, list),
+		rule("ClusterRole /relayd:"+ns+":"+release, []string{"flowcontrol.apiserver.k8s.io"}, []string{"flowschemas"}, nil, list),
 		rule("Role "+ns+"/relayd-edge-checkpoint", core, []string{"configmaps"}, []string{"relayd.positions-1"}, rw),
 		rule("Role "+ns+"/relayd-edge-leases", []string{"coordination.k8s.io"}, []string{"leases"}, strings.Split(leases, ","), rw),
 		rule("Role "+shop+"/relayd-edge-watch", core, []string{"configmaps"}, nil, list),

@@ -17,17 +17,23 @@ import (
 	"github.com/relayd/relayd/internal/chaos/history"
 )
 
-// BuildRelayd builds cmd/relayd with -race (cgo on) and -tags failpoints
-// into dir. The chaos runs also set GORACE=halt_on_error=1, so a data race
-// ends relayd at once, with the report in its log: an exit the run did not
-// ask for, which fails it.
+// BuildRelayd builds cmd/relayd with -race (cgo on) and -tags
+// failpoints,testbuild into dir: the failpoints, and the index
+// consistency check that the runs turn on (RELAYD_INDEX_CHECK=1, honoured
+// only by a testbuild build; the build is refused unless `relayd
+// version` says testbuild=true). The chaos runs also set
+// GORACE=halt_on_error=1, so a data race ends relayd at once, with the
+// report in its log: an exit the run did not ask for, which fails it.
 func BuildRelayd(repoRoot, dir string) (string, error) {
 	out := filepath.Join(dir, "relayd-failpoints-race")
-	cmd := exec.Command("go", "build", "-race", "-tags", "failpoints", "-o", out, "./cmd/relayd")
+	cmd := exec.Command("go", "build", "-race", "-tags", "failpoints,testbuild", "-o", out, "./cmd/relayd")
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build -race -tags failpoints ./cmd/relayd: %v\n%s", err, b)
+		return "", fmt.Errorf("go build -race -tags failpoints,testbuild ./cmd/relayd: %v\n%s", err, b)
+	}
+	if v, err := exec.Command(out, "version").Output(); err != nil || !strings.Contains(string(v), "testbuild=true") || !strings.Contains(string(v), "failpoints=true") {
+		return "", fmt.Errorf("%s version: %q, %v; want failpoints=true and testbuild=true (the runs need the failpoints and the index consistency check)", out, v, err)
 	}
 	return out, nil
 }

@@ -3,7 +3,7 @@
 // loopback) and checks the outcome with internal/chaos/history.
 //
 // A run: namespaces and a stream are created; a reference watch of etcd
-// starts; relayd (built with -race and -tags failpoints, run with
+// starts; relayd (built with -race and -tags failpoints,testbuild, run with
 // RELAYD_INDEX_CHECK=1) starts under a keeper that restarts it whenever it
 // dies, like a pod, and records every exit; a seeded writer creates,
 // updates and deletes ConfigMaps and Widgets (a CRD) while the scenario's
@@ -48,7 +48,7 @@ type Env struct {
 	K8s       *testenv.Env // watch cache on (apiserver restart gives 410)
 	K8sNoWC   *testenv.Env // watch cache off (compaction gives 410); may be nil
 	NATS      *testenv.NATS
-	RelaydBin string // built by BuildRelayd (-race, -tags failpoints)
+	RelaydBin string // built by BuildRelayd (-race, -tags failpoints,testbuild)
 	// ArtifactDir receives the histories (JSON) and relayd logs of failed
 	// runs.
 	ArtifactDir string

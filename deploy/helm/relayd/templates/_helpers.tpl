@@ -15,6 +15,17 @@ app.kubernetes.io/component: relay
 
 {{- define "relayd.name" -}}{{ .Release.Name }}{{- end -}}
 
+{{- /*
+relayd.clusterName: the name of the cluster-scoped objects (the ClusterRole
+and its binding), relayd:<release namespace>:<release>. The prefix keeps it
+off every built-in name (cluster-admin, admin, edit, view, system:*), which
+a release named after one would otherwise take over with `helm template |
+kubectl apply` or GitOps; the namespace keeps two releases of one name in
+two namespaces apart. Neither a namespace nor a release name has a ":", so
+no two releases share it.
+*/}}
+{{- define "relayd.clusterName" -}}{{ printf "relayd:%s:%s" .Release.Namespace .Release.Name }}{{- end -}}
+
 {{/* The checkpoint ConfigMap's namespace and name (config.checkpoint). */}}
 {{- define "relayd.checkpointNamespace" -}}
 {{ (.Values.config.checkpoint | default dict).namespace | default .Release.Namespace }}
@@ -60,13 +71,27 @@ checkpoint.name, and with sharding sharding.leasePrefix.
 {{- toYaml $cfg -}}
 {{- end -}}
 
-{{/* The ServiceAccount relayd runs as: serviceAccount.name, default the release's name. */}}
+{{/*
+The ServiceAccount relayd runs as: serviceAccount.name, default the
+release's name. Never the namespace's "default" ServiceAccount: every pod
+of the namespace without one of its own runs as it, and would get relayd's
+grants (list and watch on the sources' resources, Secrets included).
+*/}}
 {{- define "relayd.serviceAccountName" -}}
+{{- $name := "" -}}
 {{- if .Values.serviceAccount.create -}}
-{{ .Values.serviceAccount.name | default (include "relayd.name" .) }}
+{{- $name = .Values.serviceAccount.name | default (include "relayd.name" .) -}}
 {{- else -}}
-{{ required "serviceAccount.create is false: give serviceAccount.name, an existing ServiceAccount in the release's namespace (the RBAC the chart renders binds it)" .Values.serviceAccount.name }}
+{{- $name = required "serviceAccount.create is false: give serviceAccount.name, an existing ServiceAccount in the release's namespace (the RBAC the chart renders binds it)" .Values.serviceAccount.name -}}
 {{- end -}}
+{{- if eq $name "default" -}}
+{{- if .Values.serviceAccount.name -}}
+{{- fail "serviceAccount.name is \"default\": relayd would run as the namespace's default ServiceAccount, which every pod of the namespace without its own runs as, and the chart would bind relayd's grants (list and watch on the sources' resources, Secrets included) to it; leave serviceAccount.name empty (the chart creates one named after the release) or name a ServiceAccount of relayd's own" -}}
+{{- else -}}
+{{- fail "the release is named \"default\", and so would be its ServiceAccount: the namespace's default ServiceAccount, which every pod of the namespace without its own runs as, would get relayd's grants (list and watch on the sources' resources, Secrets included); set serviceAccount.name to a ServiceAccount of relayd's own, or name the release otherwise" -}}
+{{- end -}}
+{{- end -}}
+{{- $name -}}
 {{- end -}}
 
 {{- define "relayd.sharding" -}}
@@ -232,6 +257,9 @@ Deployment template.
 {{- range $i, $e := .Values.extraEnv -}}
 {{- if has $e.name (list "POD_NAMESPACE" "POD_NAME" "GOMEMLIMIT") -}}
 {{- fail (printf "extraEnv[%d].name %s: the chart sets this variable (docs/DEPLOY.md, \"What the base sets\")" $i $e.name) -}}
+{{- end -}}
+{{- if hasPrefix "RELAYD_" (toString $e.name) -}}
+{{- fail (printf "extraEnv[%d].name %s: RELAYD_* variables are relayd's own (test switches of test builds); the chart sets none and accepts none: configure relayd through config" $i $e.name) -}}
 {{- end -}}
 {{- end -}}
 {{- range $i, $v := .Values.extraVolumes -}}
