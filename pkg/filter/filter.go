@@ -6,17 +6,22 @@
 package filter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
+	"github.com/google/cel-go/common/functions"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
+
+	"github.com/relayd/relayd/pkg/event"
 )
 
 // The cost limits. CEL costs are abstract units (about one per node
@@ -38,24 +43,34 @@ const (
 	// do the containers, ports and conditions of any usual object. It is
 	// an assumption, not a bound: the runtime limit is the bound.
 	AssumedSize = 256
-	// DefaultMaxVisits stops one evaluation once the lazy value has
-	// visited that many JSON members and array elements (each scanned past
-	// or read counts; the benchmark's pod filter visits 19): Match returns
-	// an error. It bounds nested loops over an object's lists far longer
-	// than assumed (two nested loops over 256 entries visit 65,792) at
-	// about 40 ms of a loaded 2-core machine's time. cel-go's own runtime cost
+	// DefaultMaxWork stops one evaluation once its work exceeds that many
+	// units (budget.go: about a nanosecond each on the test machine; the
+	// lazy value charges every byte it reads or skips and every member and
+	// element it visits, each function call the size of its arguments, or
+	// of its result where that is larger): Match returns an error. The
+	// benchmark's pod filter spends about 3,000; an evaluation stopped at
+	// the limit took at most 25 ms of a 2-core machine's time
+	// (docs/PERFORMANCE.md, "Filters (CEL)"). cel-go's own runtime cost
 	// limit (cel.CostLimit) is not used: its tracking takes time quadratic
 	// in a list's length (3.7 s for one exists() over 50,000 strings, in
 	// cel-go v0.29.2 and v0.31.0), so it cannot bound anything.
-	DefaultMaxVisits = 100_000
+	DefaultMaxWork = 20_000_000
+	// DefaultMaxEvalTime is the wall-clock backstop: an evaluation still
+	// running after it is interrupted (cel-go's interrupt check, every
+	// interruptCheckFrequency iterations of a comprehension) and Match
+	// returns an error. The work budget stops every known case well
+	// before; this one bounds what it would miss.
+	DefaultMaxEvalTime = 40 * time.Millisecond
 )
 
 // Options tunes Compile; the zero value takes the defaults.
 type Options struct {
 	// MaxEstimatedCost overrides DefaultMaxEstimatedCost.
 	MaxEstimatedCost uint64
-	// MaxVisits overrides DefaultMaxVisits.
-	MaxVisits int
+	// MaxWork overrides DefaultMaxWork.
+	MaxWork int64
+	// MaxEvalTime overrides DefaultMaxEvalTime.
+	MaxEvalTime time.Duration
 }
 
 // Filter is a compiled filter, safe for concurrent use.
@@ -63,7 +78,8 @@ type Filter struct {
 	expr      string
 	prg       cel.Program
 	estimated checker.CostEstimate
-	maxVisits int
+	maxWork   int64
+	maxTime   time.Duration
 }
 
 // Issue is one problem in an expression, at a 1-based line and column
@@ -130,8 +146,11 @@ func Compile(expr string, opts Options) (*Filter, error) {
 	if opts.MaxEstimatedCost == 0 {
 		opts.MaxEstimatedCost = DefaultMaxEstimatedCost
 	}
-	if opts.MaxVisits == 0 {
-		opts.MaxVisits = DefaultMaxVisits
+	if opts.MaxWork == 0 {
+		opts.MaxWork = DefaultMaxWork
+	}
+	if opts.MaxEvalTime == 0 {
+		opts.MaxEvalTime = DefaultMaxEvalTime
 	}
 	env, err := newEnv()
 	if err != nil {
@@ -155,11 +174,16 @@ func Compile(expr string, opts Options) (*Filter, error) {
 	if est.Max > opts.MaxEstimatedCost {
 		return nil, &CostError{Estimated: est.Max, Limit: opts.MaxEstimatedCost}
 	}
-	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	overloads, err := bindings(env)
 	if err != nil {
 		return nil, err
 	}
-	return &Filter{expr: expr, prg: prg, estimated: est, maxVisits: opts.MaxVisits}, nil
+	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CustomDecoratorV2(meterCalls(overloads)),
+		cel.InterruptCheckFrequency(interruptCheckFrequency))
+	if err != nil {
+		return nil, err
+	}
+	return &Filter{expr: expr, prg: prg, estimated: est, maxWork: opts.MaxWork, maxTime: opts.MaxEvalTime}, nil
 }
 
 // String is the expression.
@@ -171,33 +195,56 @@ func (f *Filter) EstimatedCost() (lo, hi uint64) { return f.estimated.Min, f.est
 // Match evaluates the filter on raw, the JSON bytes of one object. Only
 // the members the expression reaches are read (and checked: the rest of
 // raw is not validated). An error (a missing field read without has(), a
-// type mismatch, the runtime limit, raw not a JSON object) is
-// returned as is; the caller decides what it means.
+// type mismatch, the runtime limits, raw not a JSON object) is returned as
+// is; the caller decides what it means.
 func (f *Filter) Match(raw []byte) (bool, error) {
+	ok, _, err := f.match(raw, false)
+	return ok, err
+}
+
+// MatchParsed is Match on an object that pkg/event's parse (ParseObject,
+// ParseWatchEvent and their Shaped variants) produced: its Raw was
+// validated in full by that parse, so the evaluation validates nothing
+// again and skips what it does not read without checking it.
+func (f *Filter) MatchParsed(obj *event.Object) (bool, error) {
+	ok, _, err := f.match(obj.Raw, true)
+	return ok, err
+}
+
+// match evaluates the filter on raw (validated when valid) and returns the
+// work spent too.
+func (f *Filter) match(raw []byte, valid bool) (bool, int64, error) {
 	i := skipWS(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
-		return false, errors.New("the object is not a JSON object")
+		return false, 0, errors.New("the object is not a JSON object")
 	}
 	end := len(raw)
 	for end > i && isSpace(raw[end-1]) {
 		end--
 	}
-	b := &budget{left: f.maxVisits}
-	ok, err := f.eval(&jsonMap{span: span{data: raw[i:end], b: b}, root: true, mem: make([]member, 0, 8)})
-	if b.exceeded {
-		return false, fmt.Errorf("evaluation stopped after visiting %d JSON members and elements (the runtime limit)", f.maxVisits)
+	ctx, cancel := context.WithTimeout(context.Background(), f.maxTime)
+	defer cancel()
+	b := &budget{left: f.maxWork, limit: f.maxWork, cancel: cancel, valid: valid}
+	root := &jsonMap{span: span{data: raw[i:end], ok: valid, b: b}, root: true, mem: make([]member, 0, 8)}
+	out, _, err := f.prg.ContextEval(ctx, activation{root, b})
+	switch {
+	case b.exceeded:
+		return false, b.spent(), errors.New(b.errText())
+	case err != nil && errors.Is(err, context.DeadlineExceeded):
+		return false, b.spent(), fmt.Errorf("evaluation interrupted after %v (the runtime limit)", f.maxTime)
 	}
-	return ok, err
+	ok, err := result(out, err)
+	return ok, b.spent(), err
 }
 
 // matchValue evaluates the filter on an already decoded object (the
 // baseline of the benchmarks and the reference of the tests).
 func (f *Filter) matchValue(obj any) (bool, error) {
-	return f.eval(types.DefaultTypeAdapter.NativeToValue(obj))
+	out, _, err := f.prg.Eval(activation{object: types.DefaultTypeAdapter.NativeToValue(obj)})
+	return result(out, err)
 }
 
-func (f *Filter) eval(obj ref.Val) (bool, error) {
-	out, _, err := f.prg.Eval(activation{obj})
+func result(out ref.Val, err error) (bool, error) {
 	if err != nil {
 		return false, err
 	}
@@ -208,12 +255,36 @@ func (f *Filter) eval(obj ref.Val) (bool, error) {
 	return bool(b), nil
 }
 
-// activation binds object without a map per evaluation.
-type activation struct{ object ref.Val }
+// bindings are env's function implementations by overload id and by
+// function name (the dynamic dispatch of a function with several
+// overloads), as cel-go's planner finds them.
+func bindings(env *cel.Env) (map[string]*functions.Overload, error) {
+	out := map[string]*functions.Overload{}
+	for _, fn := range env.Functions() {
+		ovs, err := fn.Bindings()
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range ovs {
+			out[o.Operator] = o
+		}
+	}
+	return out, nil
+}
+
+// activation binds object, and the budget (budgetVar), without a map per
+// evaluation.
+type activation struct {
+	object ref.Val
+	b      *budget
+}
 
 func (a activation) ResolveName(name string) (any, bool) {
-	if name == "object" {
+	switch {
+	case name == "object":
 		return a.object, true
+	case name == budgetVar && a.b != nil:
+		return a.b, true
 	}
 	return nil, false
 }

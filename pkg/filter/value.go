@@ -30,30 +30,11 @@ import (
 // occurrence is the one Find returns.
 
 // span is the bytes of one JSON value, validated when ok is true, and the
-// budget of the evaluation reading it.
+// budget of the evaluation reading it (budget.go).
 type span struct {
 	data []byte
 	ok   bool
 	b    *budget
-}
-
-// budget is the runtime limit of one evaluation: how many more JSON
-// members and elements the lazy value may visit (scanning past one
-// counts). It bounds the work of nested loops over lists far longer than
-// the estimate assumed (see DefaultMaxVisits).
-type budget struct {
-	left     int
-	exceeded bool
-}
-
-// visit counts one member or element; false once the budget is spent.
-func (b *budget) visit() bool {
-	if b.left <= 0 {
-		b.exceeded = true
-		return false
-	}
-	b.left--
-	return true
 }
 
 var errBudget = errors.New("budget exceeded")
@@ -61,8 +42,12 @@ var errBudget = errors.New("budget exceeded")
 // check validates the whole span once; members returned by the scanner
 // are valid already.
 func (s *span) check() error {
-	if s.ok {
+	if s.ok || s.b.valid {
+		s.ok = true
 		return nil
+	}
+	if !s.b.charge(int64(len(s.data)) * costByte) {
+		return errBudget
 	}
 	end, err := event.SkipValue(s.data, 0)
 	if err != nil {
@@ -85,9 +70,11 @@ func skipWS(data []byte, i int) int {
 }
 
 // valueAt converts the JSON value data[i:end] to a CEL value. checked says
-// the span was validated; if not (a member skipped by skipMember), a
-// scalar is validated here, and a list or map when it is scanned.
+// the span was validated (always, below MatchParsed); if not (a member
+// skipped by skipMember), a scalar is validated here, and a list or map
+// when it is scanned. A string is charged its bytes.
 func valueAt(b *budget, data []byte, i, end int, checked bool) ref.Val {
+	checked = checked || b.valid
 	switch data[i] {
 	case '{':
 		return &jsonMap{span: span{data: data[i:end], ok: checked, b: b}}
@@ -95,12 +82,18 @@ func valueAt(b *budget, data []byte, i, end int, checked bool) ref.Val {
 		return &jsonList{span: span{data: data[i:end], ok: checked, b: b}}
 	}
 	if !checked {
+		if !b.charge(int64(end - i)) {
+			return b.err()
+		}
 		if e, err := event.SkipValue(data[:end], i); err != nil || e != end {
 			return types.NewErr("invalid JSON at offset %d", i)
 		}
 	}
 	switch data[i] {
 	case '"':
+		if !b.charge(int64(end-i) * costByte) {
+			return b.err()
+		}
 		return types.String(unquote(data[i:end]))
 	case 't':
 		return types.True
@@ -117,17 +110,27 @@ func valueAt(b *budget, data []byte, i, end int, checked bool) ref.Val {
 // containers by counting brackets outside strings, scalars up to the next
 // delimiter. Skipping the members an expression does not reach this way
 // is about twice as fast as validating them; what is read is validated
-// (valueAt, and the scans of maps and lists).
-func skipMember(data []byte, i int) (int, error) {
+// (valueAt, and the scans of maps and lists). The bytes skipped are
+// charged to b, and a container is not read past what b has left.
+func skipMember(b *budget, data []byte, i int) (int, error) {
 	if i >= len(data) {
 		return 0, fmt.Errorf("truncated JSON at offset %d", len(data))
 	}
+	start := i
 	switch data[i] {
 	case '"':
-		return skipString(data, i)
+		end, err := skipString(data, i)
+		if err == nil && !b.charge(int64(end-start)*costByte) {
+			return 0, errBudget
+		}
+		return end, err
 	case '{', '[':
+		stop := len(data)
+		if b != nil && int64(stop-i) > b.left {
+			stop = i + int(max(b.left, 0))
+		}
 		depth := 0
-		for i < len(data) {
+		for i < stop {
 			switch data[i] {
 			case '"':
 				end, err := skipString(data, i)
@@ -140,10 +143,17 @@ func skipMember(data []byte, i int) (int, error) {
 				depth++
 			case '}', ']':
 				if depth--; depth == 0 {
+					if !b.charge(int64(i+1-start) * costByte) {
+						return 0, errBudget
+					}
 					return i + 1, nil
 				}
 			}
 			i++
+		}
+		if stop < len(data) {
+			b.charge(int64(stop-start) + 1)
+			return 0, errBudget
 		}
 		return 0, fmt.Errorf("truncated JSON at offset %d", len(data))
 	}
@@ -155,6 +165,19 @@ func skipMember(data []byte, i int) (int, error) {
 		return 0, fmt.Errorf("invalid JSON at offset %d: expected a value", i)
 	}
 	return j, nil
+}
+
+// skipElement is skipMember below a validated span, else the validating
+// event.SkipValue (charged its bytes).
+func (s *span) skipElement(i int) (int, error) {
+	if s.ok || s.b.valid {
+		return skipMember(s.b, s.data, i)
+	}
+	end, err := event.SkipValue(s.data, i)
+	if err == nil && !s.b.charge(int64(end-i)*costByte) {
+		return 0, errBudget
+	}
+	return end, err
 }
 
 func isDelim(c byte) bool { return c == ',' || c == '}' || c == ']' || isSpace(c) }
@@ -224,7 +247,8 @@ func keyEquals(data []byte, i, end int, plain bool, key string) bool {
 }
 
 // elements calls f with the span [v, vend) of each element of the array
-// (validated up to the elements visited); f returns false to stop.
+// (validated up to the elements visited, each charged); f returns false to
+// stop.
 func (s *span) elements(f func(v, vend int) bool) error {
 	data := s.data
 	i := skipWS(data, 1)
@@ -232,12 +256,12 @@ func (s *span) elements(f func(v, vend int) bool) error {
 		return nil
 	}
 	for i < len(data) {
-		vend, err := event.SkipValue(data, i)
+		if !s.b.charge(costVisit) {
+			return errBudget
+		}
+		vend, err := s.skipElement(i)
 		if err != nil {
 			return err
-		}
-		if !s.b.visit() {
-			return errBudget
 		}
 		if !f(i, vend) {
 			return nil
@@ -257,8 +281,11 @@ func (s *span) elements(f func(v, vend int) bool) error {
 
 // materialize decodes the whole span into a CEL value of cel-go's own
 // types, for the operations that need all of it anyway (equality,
-// conversion, list concatenation).
+// conversion, list concatenation), charged costDecode per byte first.
 func (s *span) materialize() ref.Val {
+	if !s.b.charge(int64(len(s.data)) * costDecode) {
+		return s.b.err()
+	}
 	if err := s.check(); err != nil {
 		return types.WrapErr(err)
 	}
@@ -308,24 +335,36 @@ func convertNumbers(v any) (any, error) {
 	return v, nil
 }
 
-// jsonMap is a JSON object as a CEL map. The object itself (the root)
-// remembers the members it has scanned, so that a second lookup in it
-// (object.metadata, then object.status) resumes where the first stopped
-// instead of skipping the same members again; nested maps, usually looked
-// up once, scan from their start each time and allocate nothing.
+// jsonMap is a JSON object as a CEL map. A map looked up more than once
+// (the object itself always) remembers the members it has scanned and the
+// values it has decoded, so that the next lookup resumes where the last
+// stopped and finds what it already read without reading it again
+// (object.spec.template inside a loop over the containers reads the
+// template once per evaluation); past indexAfter members it indexes their
+// keys. A map looked up once scans from its start and allocates nothing.
+// Values a map decodes are cached in it (member.val), so a map reached
+// again through its parent is the same jsonMap, with its scan.
 type jsonMap struct {
 	span
-	root bool
-	mem  []member
-	next int  // where the next member of mem starts; 0: not started
-	done bool // every member is in mem
+	root   bool
+	looked bool // looked up once: the next lookup records the members
+	mem    []member
+	next   int  // where the next member of mem starts; 0: not started
+	done   bool // every member is in mem
+	index  map[string]int
 }
 
+// indexAfter is the number of members past which a map that has recorded
+// all of them indexes their keys.
+const indexAfter = 16
+
 // member is the key span [k, kend) and the value span [v, vend) of a
-// member; plain when the key decodes to itself.
+// member; plain when the key decodes to itself; val the value, once
+// decoded.
 type member struct {
 	k, kend, v, vend int
 	plain            bool
+	val              ref.Val
 }
 
 var _ traits.Mapper = (*jsonMap)(nil)
@@ -342,6 +381,9 @@ func (m *jsonMap) first() int {
 // -1 after the last.
 func (m *jsonMap) scan(i int) (e member, next int, err error) {
 	data := m.data
+	if !m.b.charge(costVisit) {
+		return e, 0, errBudget
+	}
 	if i >= len(data) || data[i] != '"' {
 		return e, 0, fmt.Errorf("invalid JSON at offset %d: expected an object key", i)
 	}
@@ -349,17 +391,17 @@ func (m *jsonMap) scan(i int) (e member, next int, err error) {
 	if err != nil {
 		return e, 0, err
 	}
+	if !m.b.charge(int64(kend-i) * costByte) {
+		return e, 0, errBudget
+	}
 	v := skipWS(data, kend)
 	if v >= len(data) || data[v] != ':' {
 		return e, 0, fmt.Errorf("invalid JSON at offset %d: expected ':'", v)
 	}
 	v = skipWS(data, v+1)
-	vend, err := skipMember(data, v)
+	vend, err := skipMember(m.b, data, v)
 	if err != nil {
 		return e, 0, err
-	}
-	if !m.b.visit() {
-		return e, 0, errBudget
 	}
 	e = member{k: i, kend: kend, v: v, vend: vend, plain: plain}
 	i = skipWS(data, vend)
@@ -372,11 +414,32 @@ func (m *jsonMap) scan(i int) (e member, next int, err error) {
 	return e, 0, fmt.Errorf("invalid JSON at offset %d: expected ',' or '}'", i)
 }
 
-// each calls f with each member until f returns false, from mem and then
-// scanning (recording into mem for the root).
-func (m *jsonMap) each(f func(e member) bool) error {
-	for _, e := range m.mem {
-		if !f(e) {
+// recording reports whether this pass records the members (the root, or
+// a map looked up before), and marks the map as looked up.
+func (m *jsonMap) recording() bool {
+	rec := m.root || m.looked
+	m.looked = true
+	return rec
+}
+
+// each calls f with the index in mem of each member (or -1 and the member
+// when not recording) until f returns false: from mem, then scanning.
+func (m *jsonMap) each(f func(j int, e *member) bool) error {
+	if !m.recording() {
+		for i := m.first(); i >= 0; {
+			e, next, err := m.scan(i)
+			if err != nil {
+				return err
+			}
+			if !f(-1, &e) {
+				return nil
+			}
+			i = next
+		}
+		return nil
+	}
+	for j := range m.mem {
+		if !f(j, &m.mem[j]) {
 			return nil
 		}
 	}
@@ -389,19 +452,34 @@ func (m *jsonMap) each(f func(e member) bool) error {
 		if err != nil {
 			return err
 		}
-		if m.root {
-			m.mem = append(m.mem, e)
-			m.next = next
-		}
+		m.mem = append(m.mem, e)
+		m.next = next
 		i = next
-		if !f(e) {
+		if !f(len(m.mem)-1, &m.mem[len(m.mem)-1]) {
 			return nil
 		}
 	}
-	if m.root {
-		m.done = true
-	}
+	m.done = true
 	return nil
+}
+
+// value decodes member e (at j in mem, or -1), once.
+func (m *jsonMap) value(j int, e *member) ref.Val {
+	if e.val == nil {
+		e.val = valueAt(m.b, m.data, e.v, e.vend, false)
+		if j < 0 {
+			return e.val
+		}
+	}
+	return e.val
+}
+
+// key is the decoded key of e.
+func (m *jsonMap) key(e *member) string {
+	if e.plain {
+		return string(m.data[e.k+1 : e.kend-1])
+	}
+	return unquote(m.data[e.k:e.kend])
 }
 
 // Find looks key up; a key that is not a string is looked up in the
@@ -414,10 +492,17 @@ func (m *jsonMap) Find(key ref.Val) (ref.Val, bool) {
 		}
 		return m.materialize(), false
 	}
+	if m.index != nil {
+		j, ok := m.index[string(k)]
+		if !ok {
+			return nil, false
+		}
+		return m.value(j, &m.mem[j]), true
+	}
 	var found ref.Val
-	err := m.each(func(e member) bool {
+	err := m.each(func(j int, e *member) bool {
 		if keyEquals(m.data, e.k, e.kend, e.plain, string(k)) {
-			found = valueAt(m.b, m.data, e.v, e.vend, false)
+			found = m.value(j, e)
 			return false
 		}
 		return true
@@ -425,7 +510,25 @@ func (m *jsonMap) Find(key ref.Val) (ref.Val, bool) {
 	if err != nil {
 		return types.WrapErr(err), false
 	}
+	if found == nil && m.done && len(m.mem) > indexAfter {
+		m.buildIndex()
+	}
 	return found, found != nil
+}
+
+// buildIndex indexes the keys of a map whose members are all recorded
+// (the first of duplicate keys wins, as in Find).
+func (m *jsonMap) buildIndex() {
+	if !m.b.charge(int64(len(m.mem)) * costVisit) {
+		return
+	}
+	m.index = make(map[string]int, len(m.mem))
+	for j := range m.mem {
+		k := m.key(&m.mem[j])
+		if _, dup := m.index[k]; !dup {
+			m.index[k] = j
+		}
+	}
 }
 
 func (m *jsonMap) Get(key ref.Val) ref.Val {
@@ -448,8 +551,11 @@ func (m *jsonMap) Size() ref.Val {
 	if err := m.check(); err != nil {
 		return types.WrapErr(err)
 	}
+	if m.done {
+		return types.Int(len(m.mem))
+	}
 	n := 0
-	if err := m.each(func(member) bool { n++; return true }); err != nil {
+	if err := m.each(func(int, *member) bool { n++; return true }); err != nil {
 		return types.WrapErr(err)
 	}
 	return types.Int(n)
@@ -464,11 +570,14 @@ func (m *jsonMap) Iterator() traits.Iterator {
 		return &sliceIter{vals: []ref.Val{types.WrapErr(err)}}
 	}
 	var keys []ref.Val
-	err := m.each(func(e member) bool {
-		keys = append(keys, types.String(unquote(m.data[e.k:e.kend])))
+	err := m.each(func(_ int, e *member) bool {
+		if !m.b.charge(int64(e.kend-e.k) * costByte) {
+			return false
+		}
+		keys = append(keys, types.String(m.key(e)))
 		return true
 	})
-	if err != nil {
+	if err != nil || m.b.exceeded {
 		keys = nil
 	}
 	return &sliceIter{vals: keys}
@@ -487,47 +596,57 @@ func (m *jsonMap) ConvertToNative(t reflect.Type) (any, error) {
 	return m.materialize().ConvertToNative(t)
 }
 
-// jsonList is a JSON array as a CEL list.
-type jsonList struct{ span }
+// jsonList is a JSON array as a CEL list. Indexing or sizing it records
+// the spans of its elements once (offs: start and end of each), so that
+// object.l[i] for many i reads the list once.
+type jsonList struct {
+	span
+	offs    []int
+	indexed bool
+	vals    []ref.Val // decoded elements, by index (nil: not yet)
+}
 
 var _ traits.Lister = (*jsonList)(nil)
+
+// record records the element spans once.
+func (l *jsonList) record() error {
+	if l.indexed {
+		return nil
+	}
+	if err := l.check(); err != nil {
+		return err
+	}
+	var offs []int
+	if err := l.elements(func(v, vend int) bool { offs = append(offs, v, vend); return true }); err != nil {
+		return err
+	}
+	l.offs, l.indexed = offs, true
+	l.vals = make([]ref.Val, len(offs)/2)
+	return nil
+}
 
 func (l *jsonList) Get(index ref.Val) ref.Val {
 	i, err := types.IndexOrError(index)
 	if err != nil {
 		return types.WrapErr(err)
 	}
-	if err := l.check(); err != nil {
+	if err := l.record(); err != nil {
 		return types.WrapErr(err)
 	}
-	var found ref.Val
-	n := 0
-	err = l.elements(func(v, vend int) bool {
-		if n == i {
-			found = valueAt(l.b, l.data, v, vend, true)
-			return false
-		}
-		n++
-		return true
-	})
-	if err != nil {
-		return types.WrapErr(err)
-	}
-	if found == nil {
+	if i < 0 || i >= len(l.vals) {
 		return types.NewErr("index out of range: %d", i)
 	}
-	return found
+	if l.vals[i] == nil {
+		l.vals[i] = valueAt(l.b, l.data, l.offs[2*i], l.offs[2*i+1], true)
+	}
+	return l.vals[i]
 }
 
 func (l *jsonList) Size() ref.Val {
-	if err := l.check(); err != nil {
+	if err := l.record(); err != nil {
 		return types.WrapErr(err)
 	}
-	n := 0
-	if err := l.elements(func(int, int) bool { n++; return true }); err != nil {
-		return types.WrapErr(err)
-	}
-	return types.Int(n)
+	return types.Int(len(l.vals))
 }
 
 func (l *jsonList) IsZeroValue() bool { return l.Size() == types.Int(0) }
@@ -553,7 +672,7 @@ func (l *jsonList) Contains(elem ref.Val) ref.Val {
 // Iterator validates each element as it reaches it (listIter.Next), not
 // the whole list first: a loop that stops early reads no further.
 func (l *jsonList) Iterator() traits.Iterator {
-	return &listIter{data: l.data, i: skipWS(l.data, 1), b: l.b}
+	return &listIter{l: l, i: skipWS(l.data, 1)}
 }
 
 func (l *jsonList) Add(other ref.Val) ref.Val {
@@ -580,30 +699,32 @@ func (l *jsonList) ConvertToNative(t reflect.Type) (any, error) {
 	return l.materialize().ConvertToNative(t)
 }
 
-// listIter walks a validated array, decoding one element per Next.
+// listIter walks an array, decoding one element per Next; each element
+// is charged.
 type listIter struct {
 	iterBase
-	data []byte
-	i    int
-	b    *budget
+	l *jsonList
+	i int
 }
 
 // HasNext ends the loop early when the budget is spent (Match then
 // returns an error, whatever the loop yielded).
 func (it *listIter) HasNext() ref.Val {
-	return types.Bool(it.i < len(it.data) && it.data[it.i] != ']' && it.b.visit())
+	data := it.l.data
+	return types.Bool(it.i < len(data) && data[it.i] != ']' && it.l.b.charge(costVisit))
 }
 
 func (it *listIter) Next() ref.Val {
-	end, err := event.SkipValue(it.data, it.i)
+	data := it.l.data
+	end, err := it.l.skipElement(it.i)
 	if err != nil {
-		it.i = len(it.data) // the loop ends on the error
+		it.i = len(data) // the loop ends on the error
 		return types.WrapErr(err)
 	}
-	v := valueAt(it.b, it.data, it.i, end, true)
-	it.i = skipWS(it.data, end)
-	if it.i < len(it.data) && it.data[it.i] == ',' {
-		it.i = skipWS(it.data, it.i+1)
+	v := valueAt(it.l.b, data, it.i, end, true)
+	it.i = skipWS(data, end)
+	if it.i < len(data) && data[it.i] == ',' {
+		it.i = skipWS(data, it.i+1)
 	}
 	return v
 }
