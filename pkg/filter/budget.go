@@ -1,10 +1,12 @@
 package filter
 
 import (
-	"context"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/functions"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -40,20 +42,60 @@ const (
 )
 
 // budget is the runtime limit of one evaluation: how many more units of
-// work it may do. Spending past it cancels the evaluation's context, which
-// interrupts every comprehension (cel-go checks it every
-// interruptCheckFrequency iterations), and every later charge fails.
+// work it may do, and until when. Once spent (or past the deadline, which
+// it checks every clockEvery units), every later charge fails: a refused
+// call yields an error, and every comprehension ends at its next
+// iteration (each iteration is charged: jsonList's and jsonMap's own
+// iterators, meteredRange around any other range).
 type budget struct {
 	left     int64
 	limit    int64
 	exceeded bool
-	cancel   context.CancelFunc
 	// valid says the whole object was validated before the evaluation
 	// (MatchParsed): no span is validated again.
 	valid bool
+	// The wall-clock backstop: the clock is read when left drops below
+	// clockAt.
+	deadline time.Time
+	clockAt  int64
+	timedOut bool
+	// The first maps and lists an evaluation reaches come from its
+	// evalState, not one allocation each.
+	maps  []jsonMap
+	lists []jsonList
 }
 
-// charge spends n units; false once the budget is spent.
+// newMap is a zero jsonMap for the evaluation.
+func (b *budget) newMap() *jsonMap {
+	if b == nil || len(b.maps) == 0 {
+		return &jsonMap{}
+	}
+	m := &b.maps[0]
+	b.maps = b.maps[1:]
+	return m
+}
+
+// newList is a zero jsonList for the evaluation.
+func (b *budget) newList() *jsonList {
+	if b == nil || len(b.lists) == 0 {
+		return &jsonList{}
+	}
+	l := &b.lists[0]
+	b.lists = b.lists[1:]
+	return l
+}
+
+// clockEvery is how many units of work pass between two readings of the
+// clock (about 50 µs of work: the backstop's resolution).
+const clockEvery = 1 << 16
+
+// init starts the budget of an evaluation.
+func (b *budget) init(limit int64, d time.Duration, valid bool) {
+	*b = budget{left: limit, limit: limit, valid: valid, deadline: time.Now().Add(d), clockAt: limit - clockEvery}
+}
+
+// charge spends n units; false once the budget is spent or the deadline
+// passed.
 func (b *budget) charge(n int64) bool {
 	if b == nil {
 		return true
@@ -64,20 +106,20 @@ func (b *budget) charge(n int64) bool {
 	b.left -= n
 	if b.left < 0 {
 		b.exceeded = true
-		if b.cancel != nil {
-			b.cancel()
-		}
 		return false
+	}
+	if b.left < b.clockAt {
+		b.clockAt = b.left - clockEvery
+		if time.Now().After(b.deadline) {
+			b.exceeded, b.timedOut = true, true
+			return false
+		}
 	}
 	return true
 }
 
 // spent is the work done so far.
 func (b *budget) spent() int64 { return b.limit - b.left }
-
-// interruptCheckFrequency is how many comprehension iterations cel-go
-// runs between two checks of the evaluation's context.
-const interruptCheckFrequency = 16
 
 // budgetVar is the hidden activation variable that holds the evaluation's
 // budget ('@' cannot start an identifier of an expression).
@@ -145,48 +187,55 @@ func strLen(args []ref.Val, i int) int64 {
 	return 0
 }
 
-// costs are the charges of the functions whose work is not the size of
-// their arguments; every other call is charged costCall plus the sizes of
-// its arguments (sumSizes).
-var costs = map[string]callCost{
-	// Results of up to one element per byte.
-	"split": func(a []ref.Val) int64 { return sumSizes(a) + strLen(a, 0)*costElem },
-	"regex.extractAll": func(a []ref.Val) int64 {
-		return strLen(a, 0)*(costRegexByte+costElem) + strLen(a, 1)*costElem
-	},
-	"regex.extract": func(a []ref.Val) int64 { return strLen(a, 0)*costRegexByte + strLen(a, 1)*costElem },
-	"matches":       func(a []ref.Val) int64 { return strLen(a, 0)*costRegexByte + strLen(a, 1)*costElem },
-	// A replacement per byte at most: the result is bounded by
-	// len(s) + (len(s)+1) * len(new).
-	"replace": func(a []ref.Val) int64 {
-		s, old, repl := strLen(a, 0), strLen(a, 1), strLen(a, 2)
-		return s + (s/max(old, 1)+1)*repl
-	},
-	"regex.replace": func(a []ref.Val) int64 {
-		s, pat, repl := strLen(a, 0), strLen(a, 1), strLen(a, 2)
-		return s*costRegexByte + pat*costElem + (s+1)*repl
-	},
-	"indexOf":     productCost,
-	"lastIndexOf": productCost,
-	"strings.quote": func(a []ref.Val) int64 {
-		return strLen(a, 0) * 6
-	},
-	// Quadratic in the lists.
-	"sets.contains":   setsCost,
-	"sets.intersects": setsCost,
-	"sets.equivalent": func(a []ref.Val) int64 { return 2 * setsCost(a) },
-	"distinct": func(a []ref.Val) int64 {
-		n := count(a[0])
-		return n * n * costVisit
-	},
-	"sort":                  sortCost,
-	"@sortByAssociatedKeys": sortCost,
-	"lists.range": func(a []ref.Val) int64 {
-		if n, ok := a[0].(types.Int); ok && n > 0 {
-			return int64(n) * costElem
+// costOf is the charge of the functions whose work is not the size of
+// their arguments (nil for the others: costCall plus the sizes of the
+// arguments, sumSizes).
+func costOf(fn string) callCost {
+	switch fn {
+	case "split":
+		// Results of up to one element per byte.
+		return func(a []ref.Val) int64 { return sumSizes(a) + strLen(a, 0)*costElem }
+	case "regex.extractAll":
+		return func(a []ref.Val) int64 { return strLen(a, 0)*(costRegexByte+costElem) + strLen(a, 1)*costElem }
+	case "regex.extract", "matches":
+		return func(a []ref.Val) int64 { return strLen(a, 0)*costRegexByte + strLen(a, 1)*costElem }
+	case "replace":
+		// A replacement per byte at most: the result is bounded by
+		// len(s) + (len(s)/len(old)+1) * len(new).
+		return func(a []ref.Val) int64 {
+			s, old, repl := strLen(a, 0), strLen(a, 1), strLen(a, 2)
+			return s + (s/max(old, 1)+1)*repl
 		}
-		return 0
-	},
+	case "regex.replace":
+		return func(a []ref.Val) int64 {
+			s, pat, repl := strLen(a, 0), strLen(a, 1), strLen(a, 2)
+			return s*costRegexByte + pat*costElem + (s+1)*repl
+		}
+	case "indexOf", "lastIndexOf":
+		return productCost
+	case "strings.quote":
+		return func(a []ref.Val) int64 { return strLen(a, 0) * 6 }
+	case "sets.contains", "sets.intersects":
+		// Quadratic in the lists.
+		return setsCost
+	case "sets.equivalent":
+		return func(a []ref.Val) int64 { return 2 * setsCost(a) }
+	case "distinct":
+		return func(a []ref.Val) int64 {
+			n := count(a[0])
+			return n * n * costVisit
+		}
+	case "sort", "@sortByAssociatedKeys":
+		return sortCost
+	case "lists.range":
+		return func(a []ref.Val) int64 {
+			if n, ok := a[0].(types.Int); ok && n > 0 {
+				return int64(n) * costElem
+			}
+			return 0
+		}
+	}
+	return nil
 }
 
 // productCost charges a substring search by the product of the lengths
@@ -212,51 +261,111 @@ func sortCost(a []ref.Val) int64 {
 	return n * lg * costElem
 }
 
-// meterCalls is the decorator that puts every strict function call behind
-// a charge: the call's arguments are evaluated, its cost is charged to the
-// evaluation's budget, and only then is the function run. A call the
-// budget refuses yields an error. overloads are the environment's function
-// implementations, by overload id and by function name, as the planner
-// resolves them.
-func meterCalls(overloads map[string]*functions.Overload) interpreter.InterpretableDecoratorV2 {
+// iterRanges are the ids of the ranges of the expression's comprehensions.
+func iterRanges(a *cel.Ast) map[int64]bool {
+	ids := map[int64]bool{}
+	ast.PostOrderVisit(a.NativeRep().Expr(), ast.NewExprVisitor(func(e ast.Expr) {
+		if e.Kind() == ast.ComprehensionKind {
+			ids[e.AsComprehension().IterRange().ID()] = true
+		}
+	}))
+	return ids
+}
+
+// meter is the decorator that charges the work of an evaluation that the
+// lazy value does not see. Every strict function call is put behind a
+// charge (meteredCall): its arguments are evaluated, its cost is charged,
+// and only then does the function run; a call the budget refuses yields an
+// error. Every comprehension range (ranges, by id) is charged per
+// iteration (meteredRange), so that no loop outlives the budget.
+// overloads are the environment's function implementations, by overload id
+// and by function name, as cel-go's planner resolves them.
+func meter(overloads map[string]*functions.Overload, ranges map[int64]bool) interpreter.InterpretableDecoratorV2 {
 	return func(i interpreter.InterpretableV2) (interpreter.InterpretableV2, error) {
-		call, ok := i.(interpreter.InterpretableCall)
-		if !ok {
-			return i, nil
+		i = meterCall(overloads, i)
+		if ranges[i.ID()] {
+			return &meteredRange{InterpretableV2: i}, nil
 		}
-		fn, ov := call.Function(), call.OverloadID()
-		m := &meteredCall{id: call.ID(), fn: fn, ov: ov, args: call.Args(), cost: costs[fn]}
-		switch fn {
-		case "_==_":
-			m.eq = 1
-		case "_!=_":
-			m.eq = 2
-		default:
-			var impl *functions.Overload
-			if ov != "" {
-				impl = overloads[ov]
-			}
-			if impl == nil {
-				impl = overloads[fn]
-			}
-			if impl == nil || impl.NonStrict || impl.Async != nil {
-				return i, nil
-			}
-			m.impl = impl
-		}
-		if strings.HasPrefix(fn, "quantity") || isQuantityFunc[fn] {
-			m.base = costQuantity
-		}
-		if m.cost == nil {
-			m.cost = sumSizes
-		}
-		return m, nil
+		return i, nil
 	}
 }
 
-var isQuantityFunc = map[string]bool{
-	"isQuantity": true, "isGreaterThan": true, "isLessThan": true, "compareTo": true, "add": true,
-	"sub": true, "asInteger": true, "isInteger": true, "asApproximateFloat": true, "sign": true,
+func meterCall(overloads map[string]*functions.Overload, i interpreter.InterpretableV2) interpreter.InterpretableV2 {
+	call, ok := i.(interpreter.InterpretableCall)
+	if !ok {
+		return i
+	}
+	fn, ov := call.Function(), call.OverloadID()
+	m := &meteredCall{id: call.ID(), fn: fn, ov: ov, args: call.Args(), cost: costOf(fn)}
+	switch fn {
+	case "_==_":
+		m.eq = 1
+	case "_!=_":
+		m.eq = 2
+	default:
+		var impl *functions.Overload
+		if ov != "" {
+			impl = overloads[ov]
+		}
+		if impl == nil {
+			impl = overloads[fn]
+		}
+		if impl == nil || impl.NonStrict || impl.Async != nil {
+			return i
+		}
+		m.impl = impl
+	}
+	if strings.HasPrefix(ov, "quantity") || strings.HasPrefix(ov, "string_to_quantity") || ov == "is_quantity_string" {
+		m.base = costQuantity
+	}
+	return m
+}
+
+// meteredRange is a comprehension's range whose iterations are charged
+// (jsonList and jsonMap charge their own).
+type meteredRange struct {
+	interpreter.InterpretableV2
+}
+
+func (r *meteredRange) Exec(frame *interpreter.ExecutionFrame) ref.Val {
+	v := r.InterpretableV2.Exec(frame)
+	switch v.(type) {
+	case *jsonList, *jsonMap:
+		return v
+	}
+	it, ok := v.(traits.Iterable)
+	b := budgetOf(frame)
+	if !ok || b == nil {
+		return v
+	}
+	return &chargedRange{Val: v, it: it, b: b}
+}
+
+func (r *meteredRange) Eval(act interpreter.Activation) ref.Val {
+	return r.Exec(interpreter.AsFrame(act))
+}
+
+// chargedRange is a range value whose iterator charges each iteration.
+type chargedRange struct {
+	ref.Val
+	it traits.Iterable
+	b  *budget
+}
+
+func (r *chargedRange) Iterator() traits.Iterator {
+	return &chargedIter{Iterator: r.it.Iterator(), b: r.b}
+}
+
+type chargedIter struct {
+	traits.Iterator
+	b *budget
+}
+
+func (it *chargedIter) HasNext() ref.Val {
+	if !it.b.charge(costVisit) {
+		return types.False
+	}
+	return it.Iterator.HasNext()
 }
 
 // meteredCall is a strict function call charged before it runs.
@@ -277,8 +386,51 @@ func (c *meteredCall) Eval(act interpreter.Activation) ref.Val {
 }
 
 func (c *meteredCall) Exec(frame *interpreter.ExecutionFrame) ref.Val {
-	var buf [3]ref.Val
-	vals := buf[:0]
+	if c.cost != nil || len(c.args) > 2 {
+		return c.execSlice(frame)
+	}
+	// One or two arguments charged by their sizes: no slice.
+	var v0, v1 ref.Val
+	v0 = c.args[0].Exec(frame)
+	if types.IsUnknownOrError(v0) {
+		return v0
+	}
+	n := costCall + c.base + valSize(v0)
+	if len(c.args) == 2 {
+		v1 = c.args[1].Exec(frame)
+		if types.IsUnknownOrError(v1) {
+			return v1
+		}
+		n += valSize(v1)
+	}
+	if b := budgetOf(frame); b != nil && !b.charge(n) {
+		return types.NewErrWithNodeID(c.id, "%s", b.errText())
+	}
+	switch c.eq {
+	case 1:
+		return types.Equal(v0, v1)
+	case 2:
+		return types.Bool(types.Equal(v0, v1) != types.True)
+	}
+	impl := c.impl
+	if impl.OperandTrait == 0 || v0.Type().HasTrait(impl.OperandTrait) {
+		switch {
+		case v1 == nil && impl.Unary != nil:
+			return types.LabelErrNode(c.id, impl.Unary(v0))
+		case v1 != nil && impl.Binary != nil:
+			return types.LabelErrNode(c.id, impl.Binary(v0, v1))
+		}
+	}
+	if v1 == nil {
+		return types.LabelErrNode(c.id, c.invoke([]ref.Val{v0}))
+	}
+	return types.LabelErrNode(c.id, c.invoke([]ref.Val{v0, v1}))
+}
+
+// execSlice is Exec for the calls of other arities or with a cost of
+// their own.
+func (c *meteredCall) execSlice(frame *interpreter.ExecutionFrame) ref.Val {
+	vals := make([]ref.Val, 0, len(c.args))
 	for _, a := range c.args {
 		v := a.Exec(frame)
 		if types.IsUnknownOrError(v) {
@@ -286,7 +438,11 @@ func (c *meteredCall) Exec(frame *interpreter.ExecutionFrame) ref.Val {
 		}
 		vals = append(vals, v)
 	}
-	if b := budgetOf(frame); b != nil && !b.charge(costCall+c.base+c.cost(vals)) {
+	cost := c.cost
+	if cost == nil {
+		cost = sumSizes
+	}
+	if b := budgetOf(frame); b != nil && !b.charge(costCall+c.base+cost(vals)) {
 		return types.NewErrWithNodeID(c.id, "%s", b.errText())
 	}
 	switch c.eq {
@@ -333,20 +489,19 @@ func (c *meteredCall) Args() []interpreter.InterpretableV2 {
 			out[i] = a
 			continue
 		}
-		out[i] = &meteredArg{InterpretableV2: a, first: i == 0, fn: c.fn, cost: c.cost}
+		out[i] = &meteredArg{InterpretableV2: a, first: i == 0}
 	}
 	return out
 }
 
 // meteredArg charges a call's argument by itself: what remains of the
 // charge of a call that cel-go rebuilt around the arguments (the regular
-// expression compiled once, matches(s, constant)). The first argument
-// carries the call's own charge.
+// expression compiled once: matches(s, constant), the only such call).
+// The first argument carries the call's own charge, as a regular
+// expression's input.
 type meteredArg struct {
 	interpreter.InterpretableV2
 	first bool
-	fn    string
-	cost  callCost
 }
 
 func (a *meteredArg) Exec(frame *interpreter.ExecutionFrame) ref.Val {
@@ -356,7 +511,7 @@ func (a *meteredArg) Exec(frame *interpreter.ExecutionFrame) ref.Val {
 	}
 	n := valSize(v)
 	if a.first {
-		n = costCall + a.cost([]ref.Val{v})
+		n = costCall + n*costRegexByte
 	}
 	if b := budgetOf(frame); b != nil && !b.charge(n) {
 		return types.NewErr("%s", b.errText())
@@ -370,6 +525,9 @@ func (a *meteredArg) Eval(act interpreter.Activation) ref.Val {
 
 // errText is the error of an evaluation over budget.
 func (b *budget) errText() string {
+	if b.timedOut {
+		return "evaluation interrupted: it ran past its time limit"
+	}
 	return fmt.Sprintf("evaluation stopped: its work exceeds the runtime limit of %d units", b.limit)
 }
 

@@ -6,11 +6,11 @@
 package filter
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/cel-go/cel"
@@ -80,6 +80,7 @@ type Filter struct {
 	estimated checker.CostEstimate
 	maxWork   int64
 	maxTime   time.Duration
+	states    *sync.Pool // of *evalState
 }
 
 // Issue is one problem in an expression, at a 1-based line and column
@@ -178,12 +179,11 @@ func Compile(expr string, opts Options) (*Filter, error) {
 	if err != nil {
 		return nil, err
 	}
-	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CustomDecoratorV2(meterCalls(overloads)),
-		cel.InterruptCheckFrequency(interruptCheckFrequency))
+	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CustomDecoratorV2(meter(overloads, iterRanges(ast))))
 	if err != nil {
 		return nil, err
 	}
-	return &Filter{expr: expr, prg: prg, estimated: est, maxWork: opts.MaxWork, maxTime: opts.MaxEvalTime}, nil
+	return &Filter{expr: expr, prg: prg, estimated: est, maxWork: opts.MaxWork, maxTime: opts.MaxEvalTime, states: &sync.Pool{}}, nil
 }
 
 // String is the expression.
@@ -222,19 +222,43 @@ func (f *Filter) match(raw []byte, valid bool) (bool, int64, error) {
 	for end > i && isSpace(raw[end-1]) {
 		end--
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.maxTime)
-	defer cancel()
-	b := &budget{left: f.maxWork, limit: f.maxWork, cancel: cancel, valid: valid}
-	root := &jsonMap{span: span{data: raw[i:end], ok: valid, b: b}, root: true, mem: make([]member, 0, 8)}
-	out, _, err := f.prg.ContextEval(ctx, activation{root, b})
-	switch {
-	case b.exceeded:
+	st, _ := f.states.Get().(*evalState)
+	if st == nil {
+		st = new(evalState)
+	}
+	defer f.release(st)
+	b := &st.b
+	b.init(f.maxWork, f.maxTime, valid)
+	b.maps, b.lists = st.maps[:], st.lists[:]
+	root := &st.root
+	*root = jsonMap{span: span{data: raw[i:end], ok: valid, b: b}, root: true, mem: st.mem[:0]}
+	st.act = activation{root, b}
+	out, _, err := f.prg.Eval(&st.act)
+	if b.exceeded {
 		return false, b.spent(), errors.New(b.errText())
-	case err != nil && errors.Is(err, context.DeadlineExceeded):
-		return false, b.spent(), fmt.Errorf("evaluation interrupted after %v (the runtime limit)", f.maxTime)
 	}
 	ok, err := result(out, err)
 	return ok, b.spent(), err
+}
+
+// evalState is what one evaluation needs up front: the budget, the
+// object, its first members and the first maps and lists it reaches.
+// The filter's evaluations reuse them (Filter.states): nothing of an
+// evaluation outlives it (its result is a bool or an error).
+type evalState struct {
+	b     budget
+	act   activation
+	root  jsonMap
+	mem   [8]member
+	maps  [8]jsonMap
+	lists [4]jsonList
+}
+
+// release clears st (dropping what it references) for the next
+// evaluation.
+func (f *Filter) release(st *evalState) {
+	*st = evalState{}
+	f.states.Put(st)
 }
 
 // matchValue evaluates the filter on an already decoded object (the

@@ -77,9 +77,13 @@ func valueAt(b *budget, data []byte, i, end int, checked bool) ref.Val {
 	checked = checked || b.valid
 	switch data[i] {
 	case '{':
-		return &jsonMap{span: span{data: data[i:end], ok: checked, b: b}}
+		m := b.newMap()
+		m.span = span{data: data[i:end], ok: checked, b: b}
+		return m
 	case '[':
-		return &jsonList{span: span{data: data[i:end], ok: checked, b: b}}
+		l := b.newList()
+		l.span = span{data: data[i:end], ok: checked, b: b}
+		return l
 	}
 	if !checked {
 		if !b.charge(int64(end - i)) {
@@ -465,11 +469,11 @@ func (m *jsonMap) each(f func(j int, e *member) bool) error {
 
 // value decodes member e (at j in mem, or -1), once.
 func (m *jsonMap) value(j int, e *member) ref.Val {
+	if j < 0 {
+		return valueAt(m.b, m.data, e.v, e.vend, false)
+	}
 	if e.val == nil {
 		e.val = valueAt(m.b, m.data, e.v, e.vend, false)
-		if j < 0 {
-			return e.val
-		}
 	}
 	return e.val
 }
@@ -499,21 +503,55 @@ func (m *jsonMap) Find(key ref.Val) (ref.Val, bool) {
 		}
 		return m.value(j, &m.mem[j]), true
 	}
-	var found ref.Val
-	err := m.each(func(j int, e *member) bool {
-		if keyEquals(m.data, e.k, e.kend, e.plain, string(k)) {
-			found = m.value(j, e)
-			return false
-		}
-		return true
-	})
+	v, err := m.find(string(k))
 	if err != nil {
 		return types.WrapErr(err), false
 	}
-	if found == nil && m.done && len(m.mem) > indexAfter {
+	if v == nil && m.done && len(m.mem) > indexAfter {
 		m.buildIndex()
 	}
-	return found, found != nil
+	return v, v != nil
+}
+
+// find is each (written out: no closure, nothing escapes) looking for key.
+func (m *jsonMap) find(key string) (ref.Val, error) {
+	if !m.recording() {
+		for i := m.first(); i >= 0; {
+			e, next, err := m.scan(i)
+			if err != nil {
+				return nil, err
+			}
+			if keyEquals(m.data, e.k, e.kend, e.plain, key) {
+				return valueAt(m.b, m.data, e.v, e.vend, false), nil
+			}
+			i = next
+		}
+		return nil, nil
+	}
+	for j := range m.mem {
+		if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
+			return m.value(j, e), nil
+		}
+	}
+	i := m.next
+	if i == 0 {
+		i = m.first()
+	}
+	for !m.done && i >= 0 {
+		e, next, err := m.scan(i)
+		if err != nil {
+			return nil, err
+		}
+		m.mem = append(m.mem, e)
+		m.next = next
+		i = next
+		if keyEquals(m.data, e.k, e.kend, e.plain, key) {
+			j := len(m.mem) - 1
+			return m.value(j, &m.mem[j]), nil
+		}
+	}
+	m.done = true
+	return nil, nil
 }
 
 // buildIndex indexes the keys of a map whose members are all recorded
