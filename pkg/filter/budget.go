@@ -35,7 +35,10 @@ const (
 	// function (split, extractAll, sets, sort...).
 	costElem = 48
 	// costRegexByte is charged per byte a regular expression reads.
-	costRegexByte = 4
+	costRegexByte = 12
+	// costStrByte is charged per byte of a string argument of a call
+	// (copied, converted or compared).
+	costStrByte = 3
 	// costQuantity is charged per quantity operation (arbitrary precision
 	// decimals).
 	costQuantity = 512
@@ -145,9 +148,9 @@ type callCost func(args []ref.Val) int64
 func valSize(v ref.Val) int64 {
 	switch v := v.(type) {
 	case types.String:
-		return int64(len(v))
+		return int64(len(v)) * costStrByte
 	case types.Bytes:
-		return int64(len(v))
+		return int64(len(v)) * costStrByte
 	case *jsonMap:
 		return int64(len(v.data))
 	case *jsonList:
