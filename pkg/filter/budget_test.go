@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/pkg/event"
 )
 
 // noClock leaves the wall-clock backstop out of a test: what stops an
@@ -116,5 +118,28 @@ func TestEvalTimeBackstop(t *testing.T) {
 	}
 	if ok, err := f.Match(bigList(1 << 20)); err == nil || err.Error() != "evaluation interrupted: it ran past its time limit" {
 		t.Fatalf("Match: %v, %v; want the interruption", ok, err)
+	}
+}
+
+// TestSkipValid: the validated container skip ends where pkg/event's
+// validating one does, escapes at every position of strings on both sides
+// of the in-line part's 32 bytes.
+func TestSkipValid(t *testing.T) {
+	for n := range 80 {
+		for _, esc := range []string{`\"`, `\\`, `\u0022`, `\\\"`} {
+			for at := 0; at <= n; at += 7 {
+				str := strings.Repeat("a", at) + esc + strings.Repeat("b", n-at)
+				data := []byte(`{"k":["` + str + `",{"x":"` + str + `]}"}],"z":"` + esc + `"}`)
+				want, err := event.SkipValue(data, 0)
+				if err != nil {
+					t.Fatalf("%s: %v", data, err)
+				}
+				b := &budget{left: 1 << 40, limit: 1 << 40, valid: true}
+				got, err := skipValid(b, data, 0, len(data))
+				if err != nil || got != want {
+					t.Fatalf("%s: skipValid %d, %v; want %d", data, got, err, want)
+				}
+			}
+		}
 	}
 }

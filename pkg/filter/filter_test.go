@@ -201,10 +201,13 @@ func TestLazyEqualsDecoded(t *testing.T) {
 			t.Fatalf("object %d %s: %v", n, raw, err)
 		}
 		for i, f := range filters {
-			got, gerr := f.Match(raw)
 			want, werr := f.matchValue(ref)
-			if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && goType.ReplaceAllString(gerr.Error(), "T") != goType.ReplaceAllString(werr.Error(), "T")) {
-				t.Fatalf("%s on %s: lazy %v, %v; decoded %v, %v", exprs[i], raw, got, gerr, want, werr)
+			// Match, and the validated path of MatchParsed.
+			for _, valid := range []bool{false, true} {
+				got, _, gerr := f.match(raw, valid)
+				if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && goType.ReplaceAllString(gerr.Error(), "T") != goType.ReplaceAllString(werr.Error(), "T")) {
+					t.Fatalf("%s on %s (valid %v): lazy %v, %v; decoded %v, %v", exprs[i], raw, valid, got, gerr, want, werr)
+				}
 			}
 		}
 	}

@@ -133,6 +133,9 @@ func skipMember(b *budget, data []byte, i int) (int, error) {
 		if b != nil && int64(stop-i) > b.left {
 			stop = i + int(max(b.left, 0))
 		}
+		if b != nil && b.valid {
+			return skipValid(b, data, start, stop)
+		}
 		depth := 0
 		for i < stop {
 			switch data[i] {
@@ -169,6 +172,50 @@ func skipMember(b *budget, data []byte, i int) (int, error) {
 		return 0, fmt.Errorf("invalid JSON at offset %d: expected a value", i)
 	}
 	return j, nil
+}
+
+// skipValid is skipMember of the container at data[start] in validated
+// JSON, read no further than stop: without errors to look for, the loop
+// tests three conditions per byte ('[' and '{', and ']' and '}', differ
+// by one bit), and a string's first bytes are read in line (most keys and
+// values are short), the rest with bytes.IndexByte.
+func skipValid(b *budget, data []byte, start, stop int) (int, error) {
+	depth := 0
+	for i := start; i < stop; i++ {
+		c := data[i]
+		switch {
+		case c == '"':
+			i++
+			n := min(len(data), i+32)
+			for i < n && data[i] != '"' {
+				if data[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			if i >= n && n < len(data) {
+				end, err := skipString(data, i-1)
+				if err != nil {
+					return 0, err
+				}
+				i = end - 1
+			}
+		case c|0x20 == '{':
+			depth++
+		case c|0x20 == '}':
+			if depth--; depth == 0 {
+				if !b.charge(int64(i+1-start) * costByte) {
+					return 0, errBudget
+				}
+				return i + 1, nil
+			}
+		}
+	}
+	if stop < len(data) {
+		b.charge(int64(stop-start) + 1)
+		return 0, errBudget
+	}
+	return 0, fmt.Errorf("truncated JSON at offset %d", len(data))
 }
 
 // skipElement is skipMember below a validated span, else the validating
