@@ -48,7 +48,7 @@ const (
 	// lazy value charges every byte it reads or skips and every member and
 	// element it visits, each function call the size of its arguments, or
 	// of its result where that is larger): Match returns an error. The
-	// benchmark's pod filter spends about 3,000; an evaluation stopped at
+	// benchmark's pod filter spends about 16,000; an evaluation stopped at
 	// the limit took at most 25 ms of a 2-core machine's time
 	// (docs/PERFORMANCE.md, "Filters (CEL)"). cel-go's own runtime cost
 	// limit (cel.CostLimit) is not used: its tracking takes time quadratic
