@@ -543,6 +543,14 @@ func (m *jsonMap) Find(key ref.Val) (ref.Val, bool) {
 		}
 		return m.materialize(), false
 	}
+	if m.index == nil && len(m.mem) > indexAfter && m.looked {
+		// Looked up again past indexAfter members: record the rest and
+		// index them all (every later lookup is one map access).
+		if err := m.each(func(int, *member) bool { return true }); err != nil {
+			return types.WrapErr(err), false
+		}
+		m.buildIndex()
+	}
 	if m.index != nil {
 		j, ok := m.index[string(k)]
 		if !ok {
@@ -553,9 +561,6 @@ func (m *jsonMap) Find(key ref.Val) (ref.Val, bool) {
 	v, err := m.find(string(k))
 	if err != nil {
 		return types.WrapErr(err), false
-	}
-	if v == nil && m.done && len(m.mem) > indexAfter {
-		m.buildIndex()
 	}
 	return v, v != nil
 }
@@ -574,6 +579,10 @@ func (m *jsonMap) find(key string) (ref.Val, error) {
 			i = next
 		}
 		return nil, nil
+	}
+	// At most indexAfter members here (Find indexes past that).
+	if !m.b.charge(int64(len(m.mem)) * costByte * 4) {
+		return nil, errBudget
 	}
 	for j := range m.mem {
 		if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
@@ -605,6 +614,7 @@ func (m *jsonMap) find(key string) (ref.Val, error) {
 // (the first of duplicate keys wins, as in Find).
 func (m *jsonMap) buildIndex() {
 	if !m.b.charge(int64(len(m.mem)) * costVisit) {
+		m.index = map[string]int{}
 		return
 	}
 	m.index = make(map[string]int, len(m.mem))
