@@ -22,8 +22,10 @@ import (
 // runs. Calibrated with BenchmarkWorstCase (docs/PERFORMANCE.md, "Filters
 // (CEL)").
 const (
-	// costByte is charged per byte scanned, skipped or decoded.
+	// costByte is charged per byte scanned or decoded.
 	costByte = 1
+	// costSkipByte is charged per byte of a container skipped.
+	costSkipByte = 2
 	// costVisit is charged per JSON member or array element visited.
 	costVisit = 128
 	// costDecode is charged per byte materialized with encoding/json

@@ -130,39 +130,10 @@ func skipMember(b *budget, data []byte, i int) (int, error) {
 		return end, err
 	case '{', '[':
 		stop := len(data)
-		if b != nil && int64(stop-i) > b.left {
-			stop = i + int(max(b.left, 0))
+		if b != nil && int64(stop-i)*costSkipByte > b.left {
+			stop = i + int(max(b.left, 0)/costSkipByte)
 		}
-		if b != nil && b.valid {
-			return skipValid(b, data, start, stop)
-		}
-		depth := 0
-		for i < stop {
-			switch data[i] {
-			case '"':
-				end, err := skipString(data, i)
-				if err != nil {
-					return 0, err
-				}
-				i = end
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					if !b.charge(int64(i+1-start) * costByte) {
-						return 0, errBudget
-					}
-					return i + 1, nil
-				}
-			}
-			i++
-		}
-		if stop < len(data) {
-			b.charge(int64(stop-start) + 1)
-			return 0, errBudget
-		}
-		return 0, fmt.Errorf("truncated JSON at offset %d", len(data))
+		return skipContainer(b, data, start, stop)
 	}
 	j := i
 	for j < len(data) && !isDelim(data[j]) {
@@ -174,12 +145,14 @@ func skipMember(b *budget, data []byte, i int) (int, error) {
 	return j, nil
 }
 
-// skipValid is skipMember of the container at data[start] in validated
-// JSON, read no further than stop: without errors to look for, the loop
-// tests three conditions per byte ('[' and '{', and ']' and '}', differ
-// by one bit), and a string's first bytes are read in line (most keys and
-// values are short), the rest with bytes.IndexByte.
-func skipValid(b *budget, data []byte, start, stop int) (int, error) {
+// skipContainer is skipMember of the container at data[start], read no
+// further than stop and charged costSkipByte per byte: the loop tests
+// three conditions per byte ('[' and '{', and ']' and '}', differ by one
+// bit), and a string's first bytes are read in line (most keys and values
+// are short; a backslash escapes the byte after it, which ends a string
+// where counting the backslashes before a quote does, valid JSON or not),
+// the rest with bytes.IndexByte.
+func skipContainer(b *budget, data []byte, start, stop int) (int, error) {
 	depth := 0
 	for i := start; i < stop; i++ {
 		c := data[i]
@@ -204,7 +177,7 @@ func skipValid(b *budget, data []byte, start, stop int) (int, error) {
 			depth++
 		case c|0x20 == '}':
 			if depth--; depth == 0 {
-				if !b.charge(int64(i+1-start) * costByte) {
+				if !b.charge(int64(i+1-start) * costSkipByte) {
 					return 0, errBudget
 				}
 				return i + 1, nil
@@ -212,7 +185,7 @@ func skipValid(b *budget, data []byte, start, stop int) (int, error) {
 		}
 	}
 	if stop < len(data) {
-		b.charge(int64(stop-start) + 1)
+		b.charge(max(b.left, 0) + 1) // what is left would not reach the end
 		return 0, errBudget
 	}
 	return 0, fmt.Errorf("truncated JSON at offset %d", len(data))

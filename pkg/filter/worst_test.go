@@ -120,7 +120,7 @@ func threadCPU() time.Duration {
 // regular test.
 func FuzzWorstCase(f *testing.F) {
 	for i, c := range worstCases {
-		f.Add(uint8(i), c.shape, uint32(1<<12), c.unit, i%2 == 0)
+		f.Add(uint8(i), c.shape, uint32(12), c.unit, i%2 == 0)
 	}
 	filters := make([]*Filter, len(worstCases))
 	for i, c := range worstCases {
@@ -135,7 +135,9 @@ func FuzzWorstCase(f *testing.F) {
 		if len(unit) > 64 {
 			unit = unit[:64]
 		}
-		n %= 3 << 20 / uint32(max(len(unit), 1))
+		// n is a power of two (the fuzzer's mutations of n explore sizes
+		// from 1 to 2^21 units), at most 3 MB of units.
+		n = min(1<<(n%22), 3<<20/uint32(max(len(unit), 1)))
 		raw := worstObject(shape, int(n), unit)
 		flt := filters[int(expr)%len(filters)]
 		runtime.LockOSThread()
