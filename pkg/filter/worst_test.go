@@ -115,8 +115,8 @@ func threadCPU() time.Duration {
 // bounded: split('') allocated 4.4 GB for 1 MB at commit 46747bb), and
 // that an error is the runtime limit's or an ordinary evaluation error.
 // When fuzzing (-fuzz), it also fails on an evaluation that took more
-// than 50 ms of CPU: that is how the worst cases in docs/PERFORMANCE.md
-// were looked for. The corpus, testdata/fuzz/FuzzWorstCase, runs as a
+// than 200 ms of CPU in the fuzzing build (about 50 ms in a plain one):
+// that is how the worst cases in docs/PERFORMANCE.md were looked for. The corpus, testdata/fuzz/FuzzWorstCase, runs as a
 // regular test.
 func FuzzWorstCase(f *testing.F) {
 	for i, c := range worstCases {
@@ -157,7 +157,17 @@ func FuzzWorstCase(f *testing.F) {
 		if limit := 16*spent + 1<<20; alloc > limit {
 			t.Errorf("%s on shape %d, %d bytes (valid %v): allocated %d bytes for %d units of work", flt, shape, len(raw), valid, alloc, spent)
 		}
-		if fuzzing && cpu > 50*time.Millisecond {
+		// The fuzzing build counts coverage in every block, which makes this
+		// package's loops 4 to 7 times slower (a 30 MB map skipped to the
+		// budget: 53 ms there, 7.4 ms in BenchmarkWorstCase's build).
+		const fuzzCPU = 200 * time.Millisecond
+		if fuzzing && cpu > fuzzCPU {
+			// Once more: the least of two runs (the machine is shared).
+			again := threadCPU()
+			flt.match(raw, valid)
+			cpu = min(cpu, threadCPU()-again)
+		}
+		if fuzzing && cpu > fuzzCPU {
 			t.Errorf("%s on shape %d, %d bytes (valid %v): %v of CPU for %d units of work", flt, shape, len(raw), valid, cpu, spent)
 		}
 	})
@@ -183,6 +193,8 @@ func BenchmarkWorstCase(b *testing.B) {
 		rows = append(rows, row{fmt.Sprintf("case=%02d", i), c.expr, worstObject(c.shape, n, c.unit)})
 	}
 	rows = append(rows,
+		row{"case=podtemplate", `object.template.spec.containers.all(c, has(c.securityContext) || has(object.template.spec.securityContext))`, podTemplate(1000)},
+		row{"case=quantity", `isQuantity(object.s)`, []byte(`{"s":"1e-100000000"}`)},
 		row{"case=z64MB", `has(object.z)`, worstObject(4, (64<<20)/5, "a")},
 		row{"case=s64MB", `object.s.size() > 0`, worstObject(0, (64<<20)*2/3, "a")})
 	for _, r := range rows {
