@@ -41,6 +41,10 @@ const (
 	// costStrByte is charged per byte of a string argument of a call
 	// (copied, converted or compared).
 	costStrByte = 3
+	// costRuneByte is charged per byte of a string that a function
+	// converts to runes first (cel-go's charAt, indexOf, lastIndexOf,
+	// lowerAscii, upperAscii, substring, reverse).
+	costRuneByte = 12
 	// costQuantity is charged per quantity operation (arbitrary precision
 	// decimals).
 	costQuantity = 512
@@ -218,6 +222,8 @@ func costOf(fn string) callCost {
 		}
 	case "indexOf", "lastIndexOf":
 		return productCost
+	case "charAt", "lowerAscii", "upperAscii", "substring", "reverse":
+		return func(a []ref.Val) int64 { return sumSizes(a) + strLen(a, 0)*costRuneByte }
 	case "strings.quote":
 		return func(a []ref.Val) int64 { return strLen(a, 0) * 6 }
 	case "sets.contains", "sets.intersects":
@@ -247,7 +253,7 @@ func costOf(fn string) callCost {
 // (cel-go's search over non-ASCII strings compares at every rune).
 func productCost(a []ref.Val) int64 {
 	s, sub := strLen(a, 0), strLen(a, 1)
-	return s + s*max(sub, 1)/8
+	return s*costRuneByte + s*max(sub, 1)/8
 }
 
 func setsCost(a []ref.Val) int64 {
