@@ -146,36 +146,24 @@ func skipMember(b *budget, data []byte, i int) (int, error) {
 }
 
 // skipContainer is skipMember of the container at data[start], read no
-// further than stop and charged costSkipByte per byte: the loop tests
-// three conditions per byte ('[' and '{', and ']' and '}', differ by one
-// bit), and a string's first bytes are read in line (most keys and values
-// are short; a backslash escapes the byte after it, which ends a string
-// where counting the backslashes before a quote does, valid JSON or not),
-// the rest with bytes.IndexByte.
+// further than stop and charged costSkipByte per byte: brackets are
+// counted outside strings, and strings skipped with bytes.IndexByte (an
+// in-line loop over a string's first bytes was slower on the pod of
+// BenchmarkFilterPod: 7.3 µs against 5.3 µs).
 func skipContainer(b *budget, data []byte, start, stop int) (int, error) {
 	depth := 0
-	for i := start; i < stop; i++ {
-		c := data[i]
-		switch {
-		case c == '"':
-			i++
-			n := min(len(data), i+32)
-			for i < n && data[i] != '"' {
-				if data[i] == '\\' {
-					i++
-				}
-				i++
+	for i := start; i < stop; {
+		switch data[i] {
+		case '"':
+			end, err := skipString(data, i)
+			if err != nil {
+				return 0, err
 			}
-			if i >= n && n < len(data) {
-				end, err := skipString(data, i-1)
-				if err != nil {
-					return 0, err
-				}
-				i = end - 1
-			}
-		case c|0x20 == '{':
+			i = end
+			continue
+		case '{', '[':
 			depth++
-		case c|0x20 == '}':
+		case '}', ']':
 			if depth--; depth == 0 {
 				if !b.charge(int64(i+1-start) * costSkipByte) {
 					return 0, errBudget
@@ -183,6 +171,7 @@ func skipContainer(b *budget, data []byte, start, stop int) (int, error) {
 				return i + 1, nil
 			}
 		}
+		i++
 	}
 	if stop < len(data) {
 		b.charge(max(b.left, 0) + 1) // what is left would not reach the end
