@@ -397,7 +397,7 @@ func (c *meteredCall) Eval(act interpreter.Activation) ref.Val {
 }
 
 func (c *meteredCall) Exec(frame *interpreter.ExecutionFrame) ref.Val {
-	if c.cost != nil || len(c.args) > 2 {
+	if c.cost != nil || len(c.args) == 0 || len(c.args) > 2 {
 		return c.execSlice(frame)
 	}
 	// One or two arguments charged by their sizes: no slice.
@@ -500,19 +500,20 @@ func (c *meteredCall) Args() []interpreter.InterpretableV2 {
 			out[i] = a
 			continue
 		}
-		out[i] = &meteredArg{InterpretableV2: a, first: i == 0}
+		out[i] = &meteredArg{InterpretableV2: a, first: i == 0, regex: c.fn == "matches"}
 	}
 	return out
 }
 
 // meteredArg charges a call's argument by itself: what remains of the
 // charge of a call that cel-go rebuilt around the arguments (the regular
-// expression compiled once: matches(s, constant), the only such call).
-// The first argument carries the call's own charge, as a regular
-// expression's input.
+// expression compiled once, matches(s, constant); x in a constant list,
+// looked up in a set). The first argument carries the call's own charge
+// (as a regular expression's input for matches).
 type meteredArg struct {
 	interpreter.InterpretableV2
 	first bool
+	regex bool // the call is a regular expression's (matches)
 }
 
 func (a *meteredArg) Exec(frame *interpreter.ExecutionFrame) ref.Val {
@@ -521,8 +522,11 @@ func (a *meteredArg) Exec(frame *interpreter.ExecutionFrame) ref.Val {
 		return v
 	}
 	n := valSize(v)
-	if a.first {
+	switch {
+	case a.first && a.regex:
 		n = costCall + n*costRegexByte
+	case a.first:
+		n += costCall
 	}
 	if b := budgetOf(frame); b != nil && !b.charge(n) {
 		return types.NewErr("%s", b.errText())
