@@ -637,7 +637,7 @@ func (m *jsonMap) Iterator() traits.Iterator {
 	if err != nil || m.b.exceeded {
 		keys = nil
 	}
-	return &sliceIter{vals: keys}
+	return &sliceIter{vals: keys, b: m.b}
 }
 
 func (m *jsonMap) Equal(other ref.Val) ref.Val { return m.materialize().Equal(other) }
@@ -786,13 +786,19 @@ func (it *listIter) Next() ref.Val {
 	return v
 }
 
-// sliceIter iterates over decoded values (a map's keys).
+// sliceIter iterates over decoded values (a map's keys), each iteration
+// charged to b: a map's keys are collected from its recorded members
+// without reading them again, so a loop over them inside another loop
+// costs its iterations only.
 type sliceIter struct {
 	iterBase
 	vals []ref.Val
+	b    *budget
 }
 
-func (it *sliceIter) HasNext() ref.Val { return types.Bool(len(it.vals) > 0) }
+func (it *sliceIter) HasNext() ref.Val {
+	return types.Bool(len(it.vals) > 0 && it.b.charge(costVisit))
+}
 
 func (it *sliceIter) Next() ref.Val {
 	v := it.vals[0]

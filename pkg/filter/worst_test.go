@@ -46,6 +46,7 @@ var worstCases = []struct {
 	{`string(object.l) == ''`, 1, "ab"},
 	{`object.l.filter(x, x.startsWith('a')).size() > 0`, 1, "ab"},
 	{`object.l.exists(x, object.s.contains(x))`, 1, "ab"},
+	{`object.m.exists(k, object.m.exists(j, false))`, 2, "ab"},
 }
 
 // worstObject is an object of shape shape (0-5) built of n copies of
