@@ -113,7 +113,7 @@ func threadCPU() time.Duration {
 // expr) on an object of a fuzzed shape and size, validated (MatchParsed's
 // path) or not. Every run checks that the evaluation allocated in
 // proportion to the work it was charged (what is not charged is not
-// bounded: split(”) allocated 4.4 GB for 1 MB at commit 46747bb), and
+// bounded: split("") allocated 4.4 GB for 1 MB at commit 46747bb), and
 // that an error is the runtime limit's or an ordinary evaluation error.
 // When fuzzing (-fuzz), it also fails on an evaluation that took more
 // than 200 ms of CPU in the fuzzing build (about 50 ms in a plain one):

@@ -10,7 +10,7 @@ import (
 
 // A value an estimated-cheap filter chokes on does not stall its source
 // (docs/CONFIGURATION.md, "Filters", limits): a 12-byte quantity
-// (1e-100000000 took 73 s to parse) is not a quantity, and split(”) on a
+// (1e-100000000 took 73 s to parse) is not a quantity, and split("") on a
 // 900 KB value stops at the work budget (fail open: the ConfigMap is in
 // scope, the failure counted once). The ConfigMap written after both is
 // relayed by each source: the barrier that shows nothing stalled.
