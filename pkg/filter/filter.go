@@ -49,17 +49,22 @@ const (
 	// element it visits, each function call the size of its arguments, or
 	// of its result where that is larger): Match returns an error. The
 	// benchmark's pod filter spends about 16,000; an evaluation stopped at
-	// the limit took at most 25 ms of a 2-core machine's time
-	// (docs/PERFORMANCE.md, "Filters (CEL)"). cel-go's own runtime cost
+	// the limit took at most 18 ms of CPU on the loaded 2-core test
+	// machine (docs/PERFORMANCE.md, "Filters (CEL)"). cel-go's own runtime cost
 	// limit (cel.CostLimit) is not used: its tracking takes time quadratic
 	// in a list's length (3.7 s for one exists() over 50,000 strings, in
 	// cel-go v0.29.2 and v0.31.0), so it cannot bound anything.
 	DefaultMaxWork = 20_000_000
 	// DefaultMaxEvalTime is the wall-clock backstop: an evaluation still
-	// running after it is interrupted (cel-go's interrupt check, every
-	// interruptCheckFrequency iterations of a comprehension) and Match
-	// returns an error. The work budget stops every known case well
-	// before; this one bounds what it would miss.
+	// running after it is stopped and Match returns an error. The budget
+	// reads the clock every clockEvery units it is charged, and every
+	// loop is charged per iteration, so no loop outlives it. (cel-go's own
+	// interrupt check, prg.ContextEval with a deadline, cost 8
+	// allocations and a timer per evaluation and checks only
+	// comprehensions: what it would interrupt is charged here anyway.)
+	// The work budget stops every known case before it on a machine with
+	// a core to spare; on a loaded one it also stops evaluations the
+	// machine did not run in time.
 	DefaultMaxEvalTime = 40 * time.Millisecond
 )
 
