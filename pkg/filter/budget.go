@@ -158,8 +158,10 @@ func valSize(v ref.Val) int64 {
 	case types.Bytes:
 		return int64(len(v)) * costStrByte
 	case *jsonMap:
+		v.trim()
 		return int64(len(v.data))
 	case *jsonList:
+		v.trim()
 		return int64(len(v.data))
 	case traits.Sizer:
 		if n, ok := v.Size().(types.Int); ok {

@@ -236,7 +236,7 @@ func (f *Filter) match(raw []byte, valid bool) (bool, int64, error) {
 	b.init(f.maxWork, f.maxTime, valid)
 	b.maps, b.lists = st.maps[:], st.lists[:]
 	root := &st.root
-	*root = jsonMap{span: span{data: raw[i:end], ok: valid, b: b}, root: true, mem: st.mem[:0]}
+	*root = jsonMap{span: span{data: raw[i:end], ok: valid, b: b}, root: true, mem: st.mem[:0], tail: st.tail[:0]}
 	st.act = activation{root, b}
 	out, _, err := f.prg.Eval(&st.act)
 	if b.exceeded {
@@ -255,6 +255,7 @@ type evalState struct {
 	act   activation
 	root  jsonMap
 	mem   [8]member
+	tail  [4]member
 	maps  [8]jsonMap
 	lists [4]jsonList
 }

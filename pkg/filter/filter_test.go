@@ -188,6 +188,11 @@ func TestLazyEqualsDecoded(t *testing.T) {
 		`object.?b.?c.orValue('') == 'x'`, `object.l.distinct().size() == size(object.l)`,
 		`sets.contains(object.l, [1])`, `object.s.lowerAscii() == object.s`, `dyn(object.b) != dyn(object.l)`,
 		`has(object.ab) && object.ab != null`, `object['é'] == 1 || has(object.b.ab)`, `object.s.endsWith('\\')`,
+		// The object's own keys: metadata found without skipping it, the
+		// others looked up from the end (MatchParsed's path).
+		`has(object.metadata) && has(object.metadata.a) && has(object.s)`, `has(object.metadata) && object.metadata == object.b`,
+		`has(object.metadata) && size(object.metadata) > 0 && object.a == 1`, `object.exists(k, k == 'metadata') || has(object.c)`,
+		`has(object.kind) && has(object.metadata) && has(object.l) && size(object) > 2`, `has(object.s) && has(object.metadata) && has(object.zz)`,
 	}
 	filters := make([]*Filter, len(exprs))
 	for i, e := range exprs {
@@ -217,7 +222,7 @@ func TestLazyEqualsDecoded(t *testing.T) {
 // where the lazy value is *filter.jsonList).
 var goType = regexp.MustCompile(`\*[a-z]+\.[A-Za-z]+`)
 
-var keys = []string{"a", "b", "c", "l", "s", "n", "d", "a\\u0062", "\\u00e9"}
+var keys = []string{"a", "b", "c", "l", "s", "n", "d", "a\\u0062", "\\u00e9", "metadata", "kind"}
 
 // randomObject writes a random JSON object over a few keys (so that the
 // expressions meet them often), with whitespace and escapes.

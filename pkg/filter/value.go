@@ -27,7 +27,9 @@ import (
 // that fits in 64 bits is an int, any other number a double (so
 // object.spec.replicas is an int, as it is in Kubernetes' typed CEL).
 // Duplicate keys are not expected in the apiserver's JSON: the first
-// occurrence is the one Find returns.
+// occurrence is the one Find returns, except for a key of the object
+// itself other than apiVersion, kind and metadata when the object was
+// validated (MatchParsed), looked up from the end: the last.
 
 // span is the bytes of one JSON value, validated when ok is true, and the
 // budget of the evaluation reading it (budget.go).
@@ -35,6 +37,21 @@ type span struct {
 	data []byte
 	ok   bool
 	b    *budget
+	// open: data runs on past the value to the end of the object (a
+	// member of the object found without skipping it, jsonMap.find); the
+	// readers stop at the value's closing bracket, trim finds it for the
+	// others.
+	open bool
+}
+
+// trim cuts an open span at the end of its value.
+func (s *span) trim() {
+	if !s.open {
+		return
+	}
+	if end, err := skipMember(s.b, s.data, 0); err == nil {
+		s.data, s.open = s.data[:end], false
+	}
 }
 
 var errBudget = errors.New("budget exceeded")
@@ -296,6 +313,7 @@ func (s *span) elements(f func(v, vend int) bool) error {
 // types, for the operations that need all of it anyway (equality,
 // conversion, list concatenation), charged costDecode per byte first.
 func (s *span) materialize() ref.Val {
+	s.trim()
 	if !s.b.charge(int64(len(s.data)) * costDecode) {
 		return s.b.err()
 	}
@@ -365,6 +383,12 @@ type jsonMap struct {
 	next   int  // where the next member of mem starts; 0: not started
 	done   bool // every member is in mem
 	index  map[string]int
+	// The object itself, validated (MatchParsed), looks the keys that
+	// follow metadata up from its end (findBack): tail holds the members
+	// read that way, last first, tailAt the key offset of the earliest.
+	tail     []member
+	tailAt   int
+	tailDone bool // no member is left between mem and tail
 }
 
 // indexAfter is the number of members past which a map that has recorded
@@ -393,38 +417,74 @@ func (m *jsonMap) first() int {
 // scan reads the member at i; next is the offset of the following one, or
 // -1 after the last.
 func (m *jsonMap) scan(i int) (e member, next int, err error) {
+	if e, err = m.scanHead(i); err != nil {
+		return e, 0, err
+	}
+	next, err = m.scanTail(&e)
+	return e, next, err
+}
+
+// scanHead reads the key at i and where its value starts (e.vend -1).
+func (m *jsonMap) scanHead(i int) (e member, err error) {
 	data := m.data
 	if !m.b.charge(costVisit) {
-		return e, 0, errBudget
+		return e, errBudget
 	}
 	if i >= len(data) || data[i] != '"' {
-		return e, 0, fmt.Errorf("invalid JSON at offset %d: expected an object key", i)
+		return e, fmt.Errorf("invalid JSON at offset %d: expected an object key", i)
 	}
 	kend, plain, err := event.ScanString(data, i)
 	if err != nil {
-		return e, 0, err
+		return e, err
 	}
 	if !m.b.charge(int64(kend-i) * costByte) {
-		return e, 0, errBudget
+		return e, errBudget
 	}
 	v := skipWS(data, kend)
 	if v >= len(data) || data[v] != ':' {
-		return e, 0, fmt.Errorf("invalid JSON at offset %d: expected ':'", v)
+		return e, fmt.Errorf("invalid JSON at offset %d: expected ':'", v)
 	}
-	v = skipWS(data, v+1)
-	vend, err := skipMember(m.b, data, v)
+	return member{k: i, kend: kend, v: skipWS(data, v+1), vend: -1, plain: plain}, nil
+}
+
+// scanTail skips e's value (setting e.vend) and returns the offset of the
+// next member's key, or -1 after the last.
+func (m *jsonMap) scanTail(e *member) (next int, err error) {
+	data := m.data
+	vend, err := skipMember(m.b, data, e.v)
 	if err != nil {
-		return e, 0, err
+		return 0, err
 	}
-	e = member{k: i, kend: kend, v: v, vend: vend, plain: plain}
-	i = skipWS(data, vend)
+	e.vend = vend
+	i := skipWS(data, vend)
 	switch {
 	case i < len(data) && data[i] == ',':
-		return e, skipWS(data, i+1), nil
+		return skipWS(data, i+1), nil
 	case i < len(data) && data[i] == '}':
-		return e, -1, nil
+		return -1, nil
 	}
-	return e, 0, fmt.Errorf("invalid JSON at offset %d: expected ',' or '}'", i)
+	return 0, fmt.Errorf("invalid JSON at offset %d: expected ',' or '}'", i)
+}
+
+// openNext is m.next while the last member of mem was found without
+// skipping its value (find): its end, and so the next member, unknown.
+const openNext = -2
+
+// resolveOpen skips the value of the open member (the last of mem) when
+// the forward scan goes on past it.
+func (m *jsonMap) resolveOpen() error {
+	if m.next != openNext {
+		return nil
+	}
+	next, err := m.scanTail(&m.mem[len(m.mem)-1])
+	if err != nil {
+		return err
+	}
+	m.next = next
+	if next < 0 {
+		m.done = true
+	}
+	return nil
 }
 
 // recording reports whether this pass records the members (the root, or
@@ -456,11 +516,22 @@ func (m *jsonMap) each(f func(j int, e *member) bool) error {
 			return nil
 		}
 	}
+	if err := m.resolveOpen(); err != nil {
+		return err
+	}
 	i := m.next
 	if i == 0 {
 		i = m.first()
 	}
 	for !m.done && i >= 0 {
+		if m.reachedTail(i) {
+			for j := len(m.mem) - len(m.tail); j < len(m.mem); j++ {
+				if !f(j, &m.mem[j]) {
+					return nil
+				}
+			}
+			break
+		}
 		e, next, err := m.scan(i)
 		if err != nil {
 			return err
@@ -474,6 +545,20 @@ func (m *jsonMap) each(f func(j int, e *member) bool) error {
 	}
 	m.done = true
 	return nil
+}
+
+// reachedTail reports whether the forward scan, at the key at i, has
+// reached the members findBack read; it then appends them to mem (in
+// their order) and the map is done: f still has to see them (each).
+func (m *jsonMap) reachedTail(i int) bool {
+	if len(m.tail) == 0 || i < m.tailAt {
+		return false
+	}
+	for j := len(m.tail) - 1; j >= 0; j-- {
+		m.mem = append(m.mem, m.tail[j])
+	}
+	m.done = true
+	return true
 }
 
 // value decodes member e (at j in mem, or -1), once.
@@ -551,25 +636,217 @@ func (m *jsonMap) find(key string) (ref.Val, error) {
 			return m.value(j, e), nil
 		}
 	}
+	open := m.root && m.b.valid
+	if open && !m.done && key != "metadata" && key != "apiVersion" && key != "kind" {
+		return m.findBack(key)
+	}
+	if err := m.resolveOpen(); err != nil {
+		return nil, err
+	}
 	i := m.next
 	if i == 0 {
 		i = m.first()
 	}
 	for !m.done && i >= 0 {
-		e, next, err := m.scan(i)
+		if m.reachedTail(i) {
+			for j := len(m.mem) - len(m.tail); j < len(m.mem); j++ {
+				if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
+					return m.value(j, e), nil
+				}
+			}
+			return nil, nil
+		}
+		e, err := m.scanHead(i)
+		if err != nil {
+			return nil, err
+		}
+		found := keyEquals(m.data, e.k, e.kend, e.plain, key)
+		if found && open && (m.data[e.v] == '{' || m.data[e.v] == '[') {
+			// The member found, a map or list, is not skipped: its value
+			// reads on to the object's end (an open span).
+			v := valueAt(m.b, m.data, e.v, len(m.data)-1, true)
+			switch x := v.(type) {
+			case *jsonMap:
+				x.open = true
+			case *jsonList:
+				x.open = true
+			}
+			e.val = v
+			m.mem = append(m.mem, e)
+			m.next = openNext
+			return v, nil
+		}
+		next, err := m.scanTail(&e)
 		if err != nil {
 			return nil, err
 		}
 		m.mem = append(m.mem, e)
 		m.next = next
 		i = next
-		if keyEquals(m.data, e.k, e.kend, e.plain, key) {
+		if found {
 			j := len(m.mem) - 1
 			return m.value(j, &m.mem[j]), nil
 		}
 	}
 	m.done = true
 	return nil, nil
+}
+
+// findBack looks key up from the end of the object (validated): what
+// follows metadata in a Kubernetes object (spec, status, data) is nearer
+// its end, and metadata (with its managedFields) the largest member to
+// skip. The members read join tail; once the scan meets the members mem
+// holds, every member is known.
+func (m *jsonMap) findBack(key string) (ref.Val, error) {
+	for j := range m.tail {
+		if e := &m.tail[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
+			return m.tailValue(j), nil
+		}
+	}
+	for !m.tailDone {
+		e, ok, err := m.scanBack()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			m.tailDone = true
+			break
+		}
+		m.tail = append(m.tail, e)
+		m.tailAt = e.k
+		if keyEquals(m.data, e.k, e.kend, e.plain, key) {
+			return m.tailValue(len(m.tail) - 1), nil
+		}
+	}
+	// Every member is in mem or tail, and key in neither.
+	return nil, nil
+}
+
+func (m *jsonMap) tailValue(j int) ref.Val {
+	e := &m.tail[j]
+	if e.val == nil {
+		e.val = valueAt(m.b, m.data, e.v, e.vend, true)
+	}
+	return e.val
+}
+
+// scanBack reads the member before tailAt (the last one at first); ok
+// false when there is none left that mem does not hold.
+func (m *jsonMap) scanBack() (e member, ok bool, err error) {
+	data := m.data
+	var j int
+	if len(m.tail) == 0 {
+		j = skipWSBack(data, len(data)-2) // before the closing brace
+	} else {
+		j = skipWSBack(data, m.tailAt-1)
+		if j < 0 || data[j] != ',' {
+			return e, false, nil // the first member
+		}
+		j = skipWSBack(data, j-1)
+	}
+	if j < 0 || data[j] == '{' {
+		return e, false, nil // empty
+	}
+	if m.done || m.next > 0 && j < m.next {
+		return e, false, nil // mem holds it
+	}
+	if m.next == openNext && j < m.mem[len(m.mem)-1].v {
+		return e, false, nil // the open member's value ends here or later
+	}
+	if !m.b.charge(costVisit) {
+		return e, false, errBudget
+	}
+	lo := 0
+	if left := m.b.left / costSkipByte; int64(j) > left {
+		lo = j - int(left)
+	}
+	v, err := skipBack(data, j, lo)
+	if err != nil {
+		m.b.charge(max(m.b.left, 0) + 1)
+		return e, false, err
+	}
+	if !m.b.charge(int64(j+1-v) * costSkipByte) {
+		return e, false, errBudget
+	}
+	c := skipWSBack(data, v-1)
+	q := skipWSBack(data, c-1)
+	if c < 0 || data[c] != ':' || q < 0 || data[q] != '"' {
+		return e, false, fmt.Errorf("invalid JSON at offset %d: expected a key and ':'", v)
+	}
+	k := stringStartBack(data, q)
+	kend, plain, err := event.ScanString(data, k)
+	if err != nil || kend != q+1 {
+		return e, false, fmt.Errorf("invalid JSON at offset %d: expected an object key", k)
+	}
+	if m.next == openNext {
+		if last := &m.mem[len(m.mem)-1]; k <= last.k {
+			// The open member: now its end is known.
+			last.vend = j + 1
+			m.next = m.tailAt
+			if len(m.tail) == 0 {
+				m.next, m.done = -1, true
+			}
+			return e, false, nil
+		}
+	}
+	return member{k: k, kend: kend, v: v, vend: j + 1, plain: plain}, true, nil
+}
+
+func skipWSBack(data []byte, i int) int {
+	for i >= 0 && isSpace(data[i]) {
+		i--
+	}
+	return i
+}
+
+// stringStartBack is the offset of the opening quote of the string whose
+// closing quote is data[q], in valid JSON: the nearest quote before it
+// that an even number of backslashes precedes (inside a string every
+// quote is escaped).
+func stringStartBack(data []byte, q int) int {
+	p := q
+	for {
+		p = bytes.LastIndexByte(data[:p], '"')
+		if p < 0 {
+			return 0
+		}
+		n := 0
+		for b := p - 1; b >= 0 && data[b] == '\\'; b-- {
+			n++
+		}
+		if n%2 == 0 {
+			return p
+		}
+	}
+}
+
+// skipBack is the offset where the value ending at data[j] (valid JSON)
+// starts; not read below lo (errBudget).
+func skipBack(data []byte, j, lo int) (int, error) {
+	switch data[j] {
+	case '"':
+		return stringStartBack(data, j), nil
+	case '}', ']':
+		depth := 0
+		for i := j; i >= lo; i-- {
+			switch data[i] {
+			case '"':
+				i = stringStartBack(data, i)
+			case '}', ']':
+				depth++
+			case '{', '[':
+				if depth--; depth == 0 {
+					return i, nil
+				}
+			}
+		}
+		return 0, errBudget
+	}
+	i := j
+	for i > 0 && !isDelim(data[i-1]) && data[i-1] != ':' {
+		i--
+	}
+	return i, nil
 }
 
 // buildIndex indexes the keys of a map whose members are all recorded
