@@ -176,8 +176,8 @@ func FuzzWorstCase(f *testing.F) {
 
 // BenchmarkWorstCase runs each of worstCases on an object of 2.5 MB (the
 // size of the largest objects an apiserver stores is 1.5 MB by default)
-// and has(object.z) and object.s.size() on 64 MB (watch.maxObjectBytes'
-// default), on the validated path (MatchParsed, what the watch calls): the
+// and has(object.z), has(object.y) (absent) and object.s.size() on 64 MB
+// (watch.maxObjectBytes' default), on the validated path (MatchParsed, what the watch calls): the
 // worst-case table of docs/PERFORMANCE.md, "Filters (CEL)". units/op is
 // the work charged, cpu-ns/unit what a unit cost.
 func BenchmarkWorstCase(b *testing.B) {
@@ -197,6 +197,7 @@ func BenchmarkWorstCase(b *testing.B) {
 		row{"case=podtemplate", `object.template.spec.containers.all(c, has(c.securityContext) || has(object.template.spec.securityContext))`, podTemplate(1000)},
 		row{"case=quantity", `isQuantity(object.s)`, []byte(`{"s":"1e-100000000"}`)},
 		row{"case=z64MB", `has(object.z)`, worstObject(4, (64<<20)/5, "a")},
+		row{"case=y64MB", `has(object.y)`, worstObject(4, (64<<20)/5, "a")},
 		row{"case=s64MB", `object.s.size() > 0`, worstObject(0, (64<<20)*2/3, "a")})
 	for _, r := range rows {
 		f, err := Compile(r.expr, Options{})
