@@ -466,6 +466,23 @@ func (m *jsonMap) scanTail(e *member) (next int, err error) {
 	return 0, fmt.Errorf("invalid JSON at offset %d: expected ',' or '}'", i)
 }
 
+func isContainer(c byte) bool { return c == '{' || c == '[' }
+
+// openValue is the value of member e, a map or list of a validated
+// object, found without skipping it: its span reads on to the end of m
+// (an open span), and e.val keeps it.
+func (m *jsonMap) openValue(e *member) ref.Val {
+	v := valueAt(m.b, m.data, e.v, len(m.data)-1, true)
+	switch x := v.(type) {
+	case *jsonMap:
+		x.open = true
+	case *jsonList:
+		x.open = true
+	}
+	e.val = v
+	return v
+}
+
 // openNext is m.next while the last member of mem was found without
 // skipping its value (find): its end, and so the next member, unknown.
 const openNext = -2
@@ -616,11 +633,19 @@ func (m *jsonMap) Find(key ref.Val) (ref.Val, bool) {
 func (m *jsonMap) find(key string) (ref.Val, error) {
 	if !m.recording() {
 		for i := m.first(); i >= 0; {
-			e, next, err := m.scan(i)
+			e, err := m.scanHead(i)
 			if err != nil {
 				return nil, err
 			}
-			if keyEquals(m.data, e.k, e.kend, e.plain, key) {
+			found := keyEquals(m.data, e.k, e.kend, e.plain, key)
+			if found && m.b.valid && isContainer(m.data[e.v]) {
+				return m.openValue(&e), nil
+			}
+			next, err := m.scanTail(&e)
+			if err != nil {
+				return nil, err
+			}
+			if found {
 				return valueAt(m.b, m.data, e.v, e.vend, false), nil
 			}
 			i = next
@@ -636,8 +661,7 @@ func (m *jsonMap) find(key string) (ref.Val, error) {
 			return m.value(j, e), nil
 		}
 	}
-	open := m.root && m.b.valid
-	if open && !m.done && key != "metadata" && key != "apiVersion" && key != "kind" {
+	if m.root && m.b.valid && !m.done && key != "metadata" && key != "apiVersion" && key != "kind" {
 		return m.findBack(key)
 	}
 	if err := m.resolveOpen(); err != nil {
@@ -661,17 +685,8 @@ func (m *jsonMap) find(key string) (ref.Val, error) {
 			return nil, err
 		}
 		found := keyEquals(m.data, e.k, e.kend, e.plain, key)
-		if found && open && (m.data[e.v] == '{' || m.data[e.v] == '[') {
-			// The member found, a map or list, is not skipped: its value
-			// reads on to the object's end (an open span).
-			v := valueAt(m.b, m.data, e.v, len(m.data)-1, true)
-			switch x := v.(type) {
-			case *jsonMap:
-				x.open = true
-			case *jsonList:
-				x.open = true
-			}
-			e.val = v
+		if found && m.b.valid && isContainer(m.data[e.v]) {
+			v := m.openValue(&e)
 			m.mem = append(m.mem, e)
 			m.next = openNext
 			return v, nil
