@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/pkg/event"
 )
 
 // cpuTime is the process's user+system CPU time: the benchmarks report it
@@ -26,7 +28,9 @@ func reportCPU(b *testing.B, start time.Duration) {
 // field, a container image regex) on the 9 KB pod of pkg/event's
 // testdata: lazy is Match on the raw bytes, decoded is the baseline that
 // decodes the object into map[string]any with encoding/json first (what
-// a filter over decoded objects costs per event). docs/PERFORMANCE.md,
+// a filter over decoded objects costs per event); parsed is MatchParsed on
+// the object pkg/event's parse already validated (what the watch
+// calls). docs/PERFORMANCE.md,
 // "Filters (CEL)".
 func BenchmarkFilterPod(b *testing.B) {
 	raw := readPod(b)
@@ -37,6 +41,21 @@ func BenchmarkFilterPod(b *testing.B) {
 		start := cpuTime(b)
 		for b.Loop() {
 			if ok, err := f.Match(raw); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+		reportCPU(b, start)
+	})
+	obj, err := event.ParseObject(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("filter=parsed", func(b *testing.B) {
+		b.SetBytes(int64(len(raw)))
+		b.ReportAllocs()
+		start := cpuTime(b)
+		for b.Loop() {
+			if ok, err := f.MatchParsed(&obj); !ok || err != nil {
 				b.Fatal(ok, err)
 			}
 		}

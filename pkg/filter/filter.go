@@ -10,13 +10,18 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
+	"github.com/google/cel-go/common/functions"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
+
+	"github.com/relayd/relayd/pkg/event"
 )
 
 // The cost limits. CEL costs are abstract units (about one per node
@@ -38,24 +43,39 @@ const (
 	// do the containers, ports and conditions of any usual object. It is
 	// an assumption, not a bound: the runtime limit is the bound.
 	AssumedSize = 256
-	// DefaultMaxVisits stops one evaluation once the lazy value has
-	// visited that many JSON members and array elements (each scanned past
-	// or read counts; the benchmark's pod filter visits 19): Match returns
-	// an error. It bounds nested loops over an object's lists far longer
-	// than assumed (two nested loops over 256 entries visit 65,792) at
-	// about 40 ms of a loaded 2-core machine's time. cel-go's own runtime cost
+	// DefaultMaxWork stops one evaluation once its work exceeds that many
+	// units (budget.go: about a nanosecond each on the test machine; the
+	// lazy value charges every byte it reads or skips and every member and
+	// element it visits, each function call the size of its arguments, or
+	// of its result where that is larger): Match returns an error. The
+	// benchmark's pod filter spends about 16,000; an evaluation stopped at
+	// the limit took at most 18 ms of CPU on the loaded 2-core test
+	// machine (docs/PERFORMANCE.md, "Filters (CEL)"). cel-go's own runtime cost
 	// limit (cel.CostLimit) is not used: its tracking takes time quadratic
 	// in a list's length (3.7 s for one exists() over 50,000 strings, in
 	// cel-go v0.29.2 and v0.31.0), so it cannot bound anything.
-	DefaultMaxVisits = 100_000
+	DefaultMaxWork = 20_000_000
+	// DefaultMaxEvalTime is the wall-clock backstop: an evaluation still
+	// running after it is stopped and Match returns an error. The budget
+	// reads the clock every clockEvery units it is charged, and every
+	// loop is charged per iteration, so no loop outlives it. (cel-go's own
+	// interrupt check, prg.ContextEval with a deadline, cost 8
+	// allocations and a timer per evaluation and checks only
+	// comprehensions: what it would interrupt is charged here anyway.)
+	// The work budget stops every known case before it on a machine with
+	// a core to spare; on a loaded one it also stops evaluations the
+	// machine did not run in time.
+	DefaultMaxEvalTime = 40 * time.Millisecond
 )
 
 // Options tunes Compile; the zero value takes the defaults.
 type Options struct {
 	// MaxEstimatedCost overrides DefaultMaxEstimatedCost.
 	MaxEstimatedCost uint64
-	// MaxVisits overrides DefaultMaxVisits.
-	MaxVisits int
+	// MaxWork overrides DefaultMaxWork.
+	MaxWork int64
+	// MaxEvalTime overrides DefaultMaxEvalTime.
+	MaxEvalTime time.Duration
 }
 
 // Filter is a compiled filter, safe for concurrent use.
@@ -63,7 +83,9 @@ type Filter struct {
 	expr      string
 	prg       cel.Program
 	estimated checker.CostEstimate
-	maxVisits int
+	maxWork   int64
+	maxTime   time.Duration
+	states    *sync.Pool // of *evalState
 }
 
 // Issue is one problem in an expression, at a 1-based line and column
@@ -130,8 +152,11 @@ func Compile(expr string, opts Options) (*Filter, error) {
 	if opts.MaxEstimatedCost == 0 {
 		opts.MaxEstimatedCost = DefaultMaxEstimatedCost
 	}
-	if opts.MaxVisits == 0 {
-		opts.MaxVisits = DefaultMaxVisits
+	if opts.MaxWork == 0 {
+		opts.MaxWork = DefaultMaxWork
+	}
+	if opts.MaxEvalTime == 0 {
+		opts.MaxEvalTime = DefaultMaxEvalTime
 	}
 	env, err := newEnv()
 	if err != nil {
@@ -155,11 +180,15 @@ func Compile(expr string, opts Options) (*Filter, error) {
 	if est.Max > opts.MaxEstimatedCost {
 		return nil, &CostError{Estimated: est.Max, Limit: opts.MaxEstimatedCost}
 	}
-	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	overloads, err := bindings(env)
 	if err != nil {
 		return nil, err
 	}
-	return &Filter{expr: expr, prg: prg, estimated: est, maxVisits: opts.MaxVisits}, nil
+	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CustomDecoratorV2(meter(overloads, iterRanges(ast))))
+	if err != nil {
+		return nil, err
+	}
+	return &Filter{expr: expr, prg: prg, estimated: est, maxWork: opts.MaxWork, maxTime: opts.MaxEvalTime, states: &sync.Pool{}}, nil
 }
 
 // String is the expression.
@@ -171,33 +200,81 @@ func (f *Filter) EstimatedCost() (lo, hi uint64) { return f.estimated.Min, f.est
 // Match evaluates the filter on raw, the JSON bytes of one object. Only
 // the members the expression reaches are read (and checked: the rest of
 // raw is not validated). An error (a missing field read without has(), a
-// type mismatch, the runtime limit, raw not a JSON object) is
-// returned as is; the caller decides what it means.
+// type mismatch, the runtime limits, raw not a JSON object) is returned as
+// is; the caller decides what it means.
 func (f *Filter) Match(raw []byte) (bool, error) {
+	ok, _, err := f.match(raw, false)
+	return ok, err
+}
+
+// MatchParsed is Match on an object that pkg/event's parse (ParseObject,
+// ParseWatchEvent and their Shaped variants) produced: its Raw was
+// validated in full by that parse, so the evaluation validates nothing
+// again and skips what it does not read without checking it.
+func (f *Filter) MatchParsed(obj *event.Object) (bool, error) {
+	ok, _, err := f.match(obj.Raw, true)
+	return ok, err
+}
+
+// match evaluates the filter on raw (validated when valid) and returns the
+// work spent too.
+func (f *Filter) match(raw []byte, valid bool) (bool, int64, error) {
 	i := skipWS(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
-		return false, errors.New("the object is not a JSON object")
+		return false, 0, errors.New("the object is not a JSON object")
 	}
 	end := len(raw)
 	for end > i && isSpace(raw[end-1]) {
 		end--
 	}
-	b := &budget{left: f.maxVisits}
-	ok, err := f.eval(&jsonMap{span: span{data: raw[i:end], b: b}, root: true, mem: make([]member, 0, 8)})
-	if b.exceeded {
-		return false, fmt.Errorf("evaluation stopped after visiting %d JSON members and elements (the runtime limit)", f.maxVisits)
+	st, _ := f.states.Get().(*evalState)
+	if st == nil {
+		st = new(evalState)
 	}
-	return ok, err
+	defer f.release(st)
+	b := &st.b
+	b.init(f.maxWork, f.maxTime, valid)
+	b.maps, b.lists = st.maps[:], st.lists[:]
+	root := &st.root
+	*root = jsonMap{span: span{data: raw[i:end], ok: valid, b: b}, root: true, mem: st.mem[:0], tail: st.tail[:0]}
+	st.act = activation{root, b}
+	out, _, err := f.prg.Eval(&st.act)
+	if b.exceeded {
+		return false, b.spent(), errors.New(b.errText())
+	}
+	ok, err := result(out, err)
+	return ok, b.spent(), err
+}
+
+// evalState is what one evaluation needs up front: the budget, the
+// object, its first members and the first maps and lists it reaches.
+// The filter's evaluations reuse them (Filter.states): nothing of an
+// evaluation outlives it (its result is a bool or an error).
+type evalState struct {
+	b     budget
+	act   activation
+	root  jsonMap
+	mem   [8]member
+	tail  [4]member
+	maps  [8]jsonMap
+	lists [4]jsonList
+}
+
+// release clears st (dropping what it references) for the next
+// evaluation.
+func (f *Filter) release(st *evalState) {
+	*st = evalState{}
+	f.states.Put(st)
 }
 
 // matchValue evaluates the filter on an already decoded object (the
 // baseline of the benchmarks and the reference of the tests).
 func (f *Filter) matchValue(obj any) (bool, error) {
-	return f.eval(types.DefaultTypeAdapter.NativeToValue(obj))
+	out, _, err := f.prg.Eval(activation{object: types.DefaultTypeAdapter.NativeToValue(obj)})
+	return result(out, err)
 }
 
-func (f *Filter) eval(obj ref.Val) (bool, error) {
-	out, _, err := f.prg.Eval(activation{obj})
+func result(out ref.Val, err error) (bool, error) {
 	if err != nil {
 		return false, err
 	}
@@ -208,12 +285,36 @@ func (f *Filter) eval(obj ref.Val) (bool, error) {
 	return bool(b), nil
 }
 
-// activation binds object without a map per evaluation.
-type activation struct{ object ref.Val }
+// bindings are env's function implementations by overload id and by
+// function name (the dynamic dispatch of a function with several
+// overloads), as cel-go's planner finds them.
+func bindings(env *cel.Env) (map[string]*functions.Overload, error) {
+	out := map[string]*functions.Overload{}
+	for _, fn := range env.Functions() {
+		ovs, err := fn.Bindings()
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range ovs {
+			out[o.Operator] = o
+		}
+	}
+	return out, nil
+}
+
+// activation binds object, and the budget (budgetVar), without a map per
+// evaluation.
+type activation struct {
+	object ref.Val
+	b      *budget
+}
 
 func (a activation) ResolveName(name string) (any, bool) {
-	if name == "object" {
+	switch {
+	case name == "object":
 		return a.object, true
+	case name == budgetVar && a.b != nil:
+		return a.b, true
 	}
 	return nil, false
 }

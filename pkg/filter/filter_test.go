@@ -164,11 +164,11 @@ func TestCostLimits(t *testing.T) {
 		b.WriteString(`"item-` + strconv.Itoa(i) + `"`)
 	}
 	b.WriteString(`]}`)
-	loop, err := Compile(`object.items.exists(a, object.items.exists(b, a + b == 'x'))`, Options{MaxEstimatedCost: 1 << 62})
+	loop, err := Compile(`object.items.exists(a, object.items.exists(b, a + b == 'x'))`, Options{MaxEstimatedCost: 1 << 62, MaxEvalTime: noClock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := loop.Match([]byte(b.String())); err == nil || err.Error() != "evaluation stopped after visiting 100000 JSON members and elements (the runtime limit)" {
+	if ok, err := loop.Match([]byte(b.String())); err == nil || err.Error() != "evaluation stopped: its work exceeds the runtime limit of 20000000 units" {
 		t.Errorf("runtime limit: %v, %v", ok, err)
 	}
 }
@@ -188,6 +188,11 @@ func TestLazyEqualsDecoded(t *testing.T) {
 		`object.?b.?c.orValue('') == 'x'`, `object.l.distinct().size() == size(object.l)`,
 		`sets.contains(object.l, [1])`, `object.s.lowerAscii() == object.s`, `dyn(object.b) != dyn(object.l)`,
 		`has(object.ab) && object.ab != null`, `object['é'] == 1 || has(object.b.ab)`, `object.s.endsWith('\\')`,
+		// The object's own keys: metadata found without skipping it, the
+		// others looked up from the end (MatchParsed's path).
+		`has(object.metadata) && has(object.metadata.a) && has(object.s)`, `has(object.metadata) && object.metadata == object.b`,
+		`has(object.metadata) && size(object.metadata) > 0 && object.a == 1`, `object.exists(k, k == 'metadata') || has(object.c)`,
+		`has(object.kind) && has(object.metadata) && has(object.l) && size(object) > 2`, `has(object.s) && has(object.metadata) && has(object.zz)`,
 	}
 	filters := make([]*Filter, len(exprs))
 	for i, e := range exprs {
@@ -201,10 +206,13 @@ func TestLazyEqualsDecoded(t *testing.T) {
 			t.Fatalf("object %d %s: %v", n, raw, err)
 		}
 		for i, f := range filters {
-			got, gerr := f.Match(raw)
 			want, werr := f.matchValue(ref)
-			if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && goType.ReplaceAllString(gerr.Error(), "T") != goType.ReplaceAllString(werr.Error(), "T")) {
-				t.Fatalf("%s on %s: lazy %v, %v; decoded %v, %v", exprs[i], raw, got, gerr, want, werr)
+			// Match, and the validated path of MatchParsed.
+			for _, valid := range []bool{false, true} {
+				got, _, gerr := f.match(raw, valid)
+				if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && goType.ReplaceAllString(gerr.Error(), "T") != goType.ReplaceAllString(werr.Error(), "T")) {
+					t.Fatalf("%s on %s (valid %v): lazy %v, %v; decoded %v, %v", exprs[i], raw, valid, got, gerr, want, werr)
+				}
 			}
 		}
 	}
@@ -214,7 +222,7 @@ func TestLazyEqualsDecoded(t *testing.T) {
 // where the lazy value is *filter.jsonList).
 var goType = regexp.MustCompile(`\*[a-z]+\.[A-Za-z]+`)
 
-var keys = []string{"a", "b", "c", "l", "s", "n", "d", "a\\u0062", "\\u00e9"}
+var keys = []string{"a", "b", "c", "l", "s", "n", "d", "a\\u0062", "\\u00e9", "metadata", "kind"}
 
 // randomObject writes a random JSON object over a few keys (so that the
 // expressions meet them often), with whitespace and escapes.

@@ -47,6 +47,10 @@ func FuzzMatch(f *testing.F) {
 			if got != want || (gerr == nil) != (werr == nil) {
 				t.Fatalf("%s on %q: lazy %v, %v; decoded %v, %v", fuzzExprs[i], raw, got, gerr, want, werr)
 			}
+			// The validated path (MatchParsed) on valid JSON.
+			if got, _, gerr = flt.match(raw, true); got != want || (gerr == nil) != (werr == nil) {
+				t.Fatalf("%s on %q (valid): lazy %v, %v; decoded %v, %v", fuzzExprs[i], raw, got, gerr, want, werr)
+			}
 		}
 	})
 }

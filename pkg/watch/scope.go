@@ -79,6 +79,19 @@ func (s *Scope) In(raw []byte) (bool, error) {
 	return ok, nil
 }
 
+// InObject is In on an object parsed by pkg/event (the watch's items):
+// the filter evaluates on what the parse validated (filter.MatchParsed).
+func (s *Scope) InObject(obj *event.Object) (bool, error) {
+	if s == nil {
+		return true, nil
+	}
+	ok, err := s.f.MatchParsed(obj)
+	if err != nil {
+		return !s.exclude, err
+	}
+	return ok, nil
+}
+
 // scopeState is a watch's filter: the Scope, its error counter and log,
 // and the hash the checkpoint records (the filter's, except while a
 // config-changed relist is due: the one the checkpoint was written under,
@@ -90,7 +103,15 @@ type scopeState struct {
 	failed *retry.Failures
 	acked  atomic.Pointer[string] // the hash Advance records
 	reason event.RelistReason     // of the list being compared with the index ("" outside one)
+	// failedVersions are the object versions (uid/resourceVersion) whose
+	// evaluation failed already: a relist evaluates them again, and is
+	// neither counted nor logged again (at most maxFailedVersions kept).
+	failedVersions map[string]struct{}
 }
+
+// maxFailedVersions bounds scopeState.failedVersions; past it the set
+// starts over.
+const maxFailedVersions = 4096
 
 func (w *Watch) initScope() {
 	sc := &w.scope
@@ -113,13 +134,21 @@ func (sc *scopeState) ackedHash() string {
 }
 
 // inScope evaluates the watch's filter on the item's object: errors are
-// counted and logged (summarised while they repeat), and filterOnError
-// decides.
+// counted and logged once per object version (summarised while they
+// repeat), and filterOnError decides.
 func (w *Watch) inScope(it *source.Item) bool {
-	in, err := w.scope.s.In(it.Object.Raw)
+	in, err := w.scope.s.InObject(&it.Object)
 	if err != nil {
-		w.scope.errs.Inc()
 		m := &it.Object.Meta
+		version := m.UID + "/" + m.ResourceVersion
+		if _, seen := w.scope.failedVersions[version]; seen {
+			return in
+		}
+		if w.scope.failedVersions == nil || len(w.scope.failedVersions) >= maxFailedVersions {
+			w.scope.failedVersions = map[string]struct{}{}
+		}
+		w.scope.failedVersions[version] = struct{}{}
+		w.scope.errs.Inc()
 		w.scope.failed.Fail(err, zap.String("object", m.Namespace+"/"+m.Name), zap.String("uid", m.UID))
 	}
 	return in
