@@ -62,10 +62,13 @@ const (
 	// interrupt check, prg.ContextEval with a deadline, cost 8
 	// allocations and a timer per evaluation and checks only
 	// comprehensions: what it would interrupt is charged here anyway.)
-	// The work budget stops every known case before it on a machine with
-	// a core to spare; on a loaded one it also stops evaluations the
-	// machine did not run in time.
-	DefaultMaxEvalTime = 40 * time.Millisecond
+	// The work budget stops every known case long before it (at most
+	// about 20 ms of CPU). The backstop is set well above that, and above
+	// the 100 ms period of the kernel's CPU quota, so that a pod whose CPU
+	// limit throttles it, or a loaded node, does not turn an ordinary
+	// evaluation into an error (and, through filterOnError, into a scope
+	// change that depends on the machine's load instead of the object).
+	DefaultMaxEvalTime = 250 * time.Millisecond
 )
 
 // Options tunes Compile; the zero value takes the defaults.
