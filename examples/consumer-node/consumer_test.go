@@ -714,6 +714,9 @@ func TestNodeConsumerFollowsAFilter(t *testing.T) {
 	set("c", true)  // enters
 	waitViewsSelected(t, cs, ns, "in", lanes, "of the filter's scope after a left and c entered")
 	for _, l := range lanes {
+		// The view file is saved before the message's line is printed:
+		// wait for the line of the last scope event before comparing.
+		l.waitFor(t, "c's scope-entered add is printed", func(o output) bool { return o.Name == "c" && o.Scope == "entered" })
 		var scoped []string
 		for _, o := range l.stdout.parsed(t) {
 			if o.Scope != "" {

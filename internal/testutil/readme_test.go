@@ -22,7 +22,7 @@ func TestREADMENamesTheGoVersionTheModulesNeed(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin") {
+		if d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "node_modules") {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || d.Name() != "go.mod" {
