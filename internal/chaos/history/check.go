@@ -13,7 +13,8 @@ type Finding struct {
 	// Check names the property: lost, gap-state, gap-delete, bracket,
 	// order, phantom, final, checkpoint-ahead, samples, reference,
 	// duplicate, relist, exit, untraced, unflagged (trace.go), shaping
-	// (shaping.go), scope (scope.go).
+	// (shaping.go), scope (scope.go), evidence (evidence.go: the run
+	// lacks what it exists for).
 	Check  string `json:"check"`
 	Source string `json:"source"`
 	UID    string `json:"uid,omitempty"`
@@ -187,7 +188,8 @@ func Check(h *History) Report {
 	c.checkExits()
 	c.checkTraces()
 	c.checkShaping()
-	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "bracket": 5, "phantom": 6, "order": 7, "final": 8, "checkpoint-ahead": 9, "samples": 10, "relist": 11, "duplicate": 12, "unflagged": 13, "shaping": 14, "scope": 14}
+	c.checkEvidence()
+	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "bracket": 5, "phantom": 6, "order": 7, "final": 8, "checkpoint-ahead": 9, "samples": 10, "relist": 11, "duplicate": 12, "unflagged": 13, "shaping": 14, "scope": 14, "evidence": 15}
 	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return rank[c.rep.Failures[i].Check] < rank[c.rep.Failures[j].Check] })
 	return c.rep
 }

@@ -460,15 +460,24 @@ func TestRelistAfterOnlyAKillFails(t *testing.T) {
 }
 
 func TestRelistWithTheWrongFaultFails(t *testing.T) {
-	for _, c := range []struct{ reason, fault string }{
-		{"expired", FaultCheckpointDeleted},
-		{"expired", FaultBucketDeleted},
-		{"no-checkpoint", FaultEtcdCompact},
-		{"index-lost", FaultAPIServerKill9},
-		{"closed", FaultAPIServerKill9}, // not a reason relayd relists for
+	// A fault that always causes a relist of its reason and was followed
+	// by none also lacks its evidence.
+	for _, c := range []struct {
+		reason, fault string
+		evidence      int
+	}{
+		{"expired", FaultCheckpointDeleted, 1},
+		{"expired", FaultBucketDeleted, 1},
+		{"no-checkpoint", FaultEtcdCompact, 1},
+		{"index-lost", FaultAPIServerKill9, 0},
+		{"closed", FaultAPIServerKill9, 0}, // not a reason relayd relists for
 	} {
 		s := relistRun(c.reason, func(s *syn, from int64) { s.fault(c.fault, from+1) })
-		wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+		want := map[string]int{"relist": 1}
+		if c.evidence > 0 {
+			want["evidence"] = c.evidence
+		}
+		wantOnly(t, Check(&s.h), want)
 	}
 }
 
@@ -477,12 +486,12 @@ func TestRelistWithTheWrongFaultFails(t *testing.T) {
 func TestRelistBeforeTheFaultOrFromAfterItFails(t *testing.T) {
 	s := relistRun("expired", func(s *syn, from int64) {})
 	s.h.Faults = []Fault{{At: s.h.Stream[len(s.h.Stream)-1].Stored.Add(time.Millisecond), Kind: FaultEtcdCompact, Rev: s.rv + 1}}
-	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+	wantOnly(t, Check(&s.h), map[string]int{"relist": 1, "evidence": 1}) // and the compaction caused no relist
 
 	// Compacted (or the watch cache restarted) at or before the position
 	// the relist started from: that position had not expired.
 	s = relistRun("expired", func(s *syn, from int64) { s.fault(FaultEtcdCompact, from) })
-	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+	wantOnly(t, Check(&s.h), map[string]int{"relist": 1, "evidence": 1})
 	s = relistRun("expired", func(s *syn, from int64) { s.fault(FaultAPIServerKill9, from-1) })
 	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
 }
@@ -535,7 +544,7 @@ func TestSamplingIsRequired(t *testing.T) {
 	// No sample of a source: checkpoint-ahead checked nothing.
 	s.h.Sources = []string{"cms", "widgets"}
 	r := Check(&s.h)
-	wantOnly(t, r, map[string]int{"samples": 1})
+	wantOnly(t, r, map[string]int{"samples": 1, "evidence": 2}) // nor a change or an event of it
 	if !strings.Contains(r.Summary(), "widgets") {
 		t.Errorf("the finding does not name the source:\n%s", r.Summary())
 	}
@@ -584,7 +593,7 @@ func TestSamplingIsRequired(t *testing.T) {
 	}
 	wantOnly(t, Check(h), map[string]int{})
 	h.Samples = nil
-	wantOnly(t, Check(h), map[string]int{"samples": 2}) // none of cms, none after the kill
+	wantOnly(t, Check(h), map[string]int{"samples": 2, "evidence": 1}) // none of cms, none after the kill, none at all
 }
 
 // wrongFrom: a's second version is lost by the watch (before the position

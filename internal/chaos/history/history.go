@@ -50,7 +50,12 @@
 //     delete (relaydscope left) and counts like a delete for every rule
 //     above, one that makes it enter an added (relaydscope entered), a
 //     change out of scope before and after nothing; no event names a
-//     version out of scope or an object that was not in scope.
+//     version out of scope or an object that was not in scope;
+//   - the run has what it exists for (evidence.go): sources, changes,
+//     messages and samples; each fault's relist (an etcd compaction's
+//     expired, a deleted bucket's index-lost, a deleted checkpoint's
+//     no-checkpoint); the filtered source's objects entering and leaving
+//     scope; the shaped sources' messages probed. An empty history fails.
 //
 // resourceVersions are compared as numbers here: the checker knows the
 // store is etcd (relayd itself treats them as opaque).

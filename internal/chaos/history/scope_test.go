@@ -117,13 +117,16 @@ func TestFilterScopeFlag(t *testing.T) {
 	wantOnly(t, Check(&c.h), map[string]int{"scope": 1})
 }
 
-// scopeGap: relayd is away (a 410 relist) while a leaves scope and is
-// modified out of it, b enters it, d leaves and comes back, e stays out;
+// scopeGap: f enters scope (watched); then relayd is away (a 410 relist)
+// while a leaves scope and is modified out of it, b enters it, d leaves
+// and comes back, e stays out;
 // the relist publishes a's scope-left delete at its listed version
 // (unless noLeft), b as an added (no relaydscope: a relist cannot tell
 // an object that entered from one created in the gap) and d's new state.
 func scopeGap(noLeft bool) *syn {
 	s := filtering()
+	s.tier("create", "f", "")
+	s.scoped(s.tier("update", "f", "gold"), Added, ScopeEntered, "watch")
 	s.scoped(s.tier("create", "a", "gold"), Added, "", "watch")
 	s.tier("create", "b", "silver")
 	s.scoped(s.tier("create", "d", "gold"), Added, "", "watch")
@@ -157,7 +160,8 @@ func TestFilterGapReportsScopeChanges(t *testing.T) {
 		t.Errorf("covered by the resync %d, want 2\n%s", r.CoveredByResync, r.Summary())
 	}
 	r = Check(&scopeGap(true).h)
-	wantOnly(t, r, map[string]int{"gap-delete": 1, "final": 1})
+	// (and then no object was seen leaving scope: no evidence of it)
+	wantOnly(t, r, map[string]int{"gap-delete": 1, "final": 1, "evidence": 1})
 	if !strings.Contains(r.Failures[0].Detail, "out of the filter's scope at the resync's toResourceVersion") {
 		t.Errorf("finding %s", r.Failures[0])
 	}
