@@ -788,3 +788,43 @@ func TestOneFaultExplainsOneRelistPerSource(t *testing.T) {
 	s.final()
 	wantOnly(t, Check(&s.h), map[string]int{})
 }
+
+// A list event stored before its epoch's sync.started is outside the
+// list's markers: a consumer reading the stream would take it for
+// something before the gap. The list is then no valid gap.
+func TestListEventBeforeItsSyncStartedFails(t *testing.T) {
+	s, _ := gapRun(true, true)
+	for i, e := range s.h.Stream {
+		if e.Kind == "sync.started" {
+			// sync.started and the list's first event (a's state) trade
+			// places.
+			s.h.Stream[i].Seq, s.h.Stream[i+1].Seq = s.h.Stream[i+1].Seq, e.Seq
+			s.h.Stream[i].Stored, s.h.Stream[i+1].Stored = s.h.Stream[i+1].Stored, e.Stored
+			break
+		}
+	}
+	r := Check(&s.h)
+	// The event, and the list it makes invalid (which then covers none of
+	// the four changes it would).
+	wantOnly(t, r, map[string]int{"bracket": 2, "lost": 4})
+	if !strings.Contains(r.Summary(), "(origin resync, epoch 2, seq 3) before its sync.started (seq 4)") {
+		t.Errorf("the finding does not say why:\n%s", r.Summary())
+	}
+}
+
+// A sync.completed stored before its sync.started brackets nothing.
+func TestSyncCompletedBeforeSyncStartedFails(t *testing.T) {
+	s := relistRun("expired", func(s *syn, from int64) { s.fault(FaultEtcdCompact, from+1) })
+	wantOnly(t, Check(&s.h), map[string]int{})
+	for i, e := range s.h.Stream {
+		if e.Kind == "sync.started" {
+			s.h.Stream[i].Seq, s.h.Stream[i+1].Seq = s.h.Stream[i+1].Seq, e.Seq
+			break
+		}
+	}
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"bracket": 1})
+	if !strings.Contains(r.Summary(), "sync.completed (seq 4) before its sync.started (seq 5)") {
+		t.Errorf("the finding does not say why:\n%s", r.Summary())
+	}
+}
