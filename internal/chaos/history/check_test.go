@@ -828,3 +828,42 @@ func TestSyncCompletedBeforeSyncStartedFails(t *testing.T) {
 		t.Errorf("the finding does not say why:\n%s", r.Summary())
 	}
 }
+
+// The position is judged against the checkpoint as written (every write
+// of the ConfigMap), not only the nearest sample: here no sample was read
+// between the checkpoint's write and the relist.
+func TestResyncFromJudgedAgainstTheCheckpointAsWritten(t *testing.T) {
+	s := wrongFrom(-3, -3)
+	s.h.Samples = s.h.Samples[1:] // only the final sample: the write was never sampled
+	// Unseen, the list from before the checkpoint covers (forgives) the
+	// change relayd's watch skipped.
+	none := map[string]int{}
+	wantOnly(t, Check(&s.h), none)
+	written := CheckpointWrite{Rev: 500, Seen: stored(1).Add(time.Millisecond), Source: "cms", CheckpointRV: 101}
+	s.h.Checkpoints = []CheckpointWrite{written}
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"bracket": 1, "lost": 1})
+	if !strings.Contains(r.Summary(), "fromResourceVersion 100 is before the checkpoint 101 written at revision 500") {
+		t.Errorf("the finding does not say why:\n%s", r.Summary())
+	}
+	// The last write seen before sync.started counts: a later write that
+	// removed the key (a deleted checkpoint) bounds nothing, …
+	removed := written
+	removed.Rev, removed.CheckpointRV = 501, 0
+	s.h.Checkpoints = []CheckpointWrite{written, removed}
+	wantOnly(t, Check(&s.h), none)
+	// … one seen after sync.started was stored neither, …
+	late := written
+	late.Seen = s.h.Stream[len(s.h.Stream)-1].Stored.Add(time.Second)
+	s.h.Checkpoints = []CheckpointWrite{late}
+	wantOnly(t, Check(&s.h), none)
+	// … nor one of another source.
+	other := written
+	other.Source = "widgets"
+	s.h.Checkpoints = []CheckpointWrite{other}
+	wantOnly(t, Check(&s.h), none)
+	// At the position, it passes.
+	s = wrongFrom(0, 0)
+	s.h.Checkpoints = []CheckpointWrite{{Rev: 500, Seen: stored(2), Source: "cms", CheckpointRV: s.h.Stream[2].RV - 1}}
+	wantOnly(t, Check(&s.h), map[string]int{"lost": 1})
+}

@@ -164,6 +164,17 @@ type Sample struct {
 	StreamLastSeq uint64    `json:"streamLastSeq"`
 }
 
+// CheckpointWrite is one write of relayd's checkpoint ConfigMap, as the
+// reference watch of etcd saw it (every write, in revision order): the
+// resourceVersion a source's key held after it.
+type CheckpointWrite struct {
+	Rev  int64     `json:"rev"`  // the write's etcd revision
+	Seen time.Time `json:"seen"` // when the reference saw it: written at or before
+	// Source's key held CheckpointRV (0: missing, or no resourceVersion).
+	Source       string `json:"source"`
+	CheckpointRV int64  `json:"checkpointRV"`
+}
+
 // Fault is one injected fault. At is when it took effect (for a server
 // kill: the kill, not the end of the restart).
 type Fault struct {
@@ -231,6 +242,9 @@ type History struct {
 	// before they were kept).
 	Exits   []Exit   `json:"exits,omitempty"`
 	Samples []Sample `json:"samples,omitempty"`
+	// Checkpoints are the checkpoint ConfigMap's writes (nil in histories
+	// recorded before they were kept).
+	Checkpoints []CheckpointWrite `json:"checkpoints,omitempty"`
 	// SampleAttempts counts the sampler's tries, SampleErrors those that
 	// yielded no sample of some source (a server unavailable, the key
 	// missing, unparsable or at resourceVersion 0), SampleUnavailable

@@ -463,7 +463,9 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	ref, err := record.StartReference(ctx, k8s.EtcdEndpoint(), rev, append([]record.Prefix{
 		{Key: "/registry/configmaps/" + ns + "/", Source: "cms"},
 		{Key: "/registry/example.com/widgets/" + ns + "/", Source: "widgets"},
-	}, sh.prefixes...))
+	}, append(sh.prefixes,
+		// Every write of the checkpoint (history.CheckpointWrite).
+		record.Prefix{Key: "/registry/configmaps/" + cpNS + "/cp", Checkpoint: sh.cpKeysWith(map[string]string{"cms." + ns: "cms", "widgets." + ns: "widgets"})})...))
 	if err != nil {
 		res.Err = err
 		return res
@@ -612,6 +614,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 			return rerr
 		}
 		h.Reference = changes
+		h.Checkpoints = ref.Checkpoints()
 		h.Writes = writer.Writes()
 		if h.Stream, h.DuplicateWindow, err = record.ReadStreamShaped(cctx, js, stream, sh.shaping); err != nil {
 			return err
