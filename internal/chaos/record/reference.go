@@ -64,9 +64,9 @@ type Reference struct {
 	mu          sync.Mutex
 	changes     []history.Change
 	checkpoints []history.CheckpointWrite
-	next       int64 // revision to watch from when the watch is made again
-	reconnects int
-	err        error
+	next        int64 // revision to watch from when the watch is made again
+	reconnects  int
+	err         error
 }
 
 // ReconnectTimeout bounds how long the reference tries to watch etcd again
