@@ -484,3 +484,26 @@ func TestReportMetadataFetch(t *testing.T) {
 		t.Errorf("no metadata-only fetch table:\n%s", md.String())
 	}
 }
+
+// Every capacity run's run-queue wait is in the report, and a run that
+// waited a tenth of its CPU time or more for a CPU is marked loaded.
+func TestReportRunQueueWait(t *testing.T) {
+	r := &Report{Capacity: &CapacityResult{
+		Runs: []CapacityRun{
+			{Stream: "pods", Consumer: ModeRelayd, Rep: 1, CPU: 2, RunQueueWait: 0.05},
+			{Stream: "pods", Consumer: ModeRelayd, Rep: 2, CPU: 2, RunQueueWait: 0.8},
+		},
+		Summaries: []CapacitySummary{{Stream: "pods", Consumer: ModeRelayd, PerCPUSecond: 1000}},
+	}}
+	var md bytes.Buffer
+	r.Markdown(&md)
+	for _, want := range []string{
+		"1 of 2 runs waited a tenth of their CPU time or more (**loaded**)",
+		"| pods | relayd | 1 | 2.00 s | 0.050 s | 2% |",
+		"| pods | relayd | 2 | 2.00 s | 0.800 s | 40% **loaded** |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, md.String())
+		}
+	}
+}

@@ -417,6 +417,7 @@ func (r *Report) Markdown(w io.Writer) {
 				float64(s.CPUPerEvent)/1e3, s.PerSecond, ratio)
 		}
 		p("\n")
+		c.runQueueTable(p)
 		if cpu, bytes := c.MetadataFetch(); cpu > 0 {
 			p("#### 1a. Metadata-only fetch (pods, relayd with `payload: metadata`; same interleaved runs)\n\n")
 			p("| relayd read | bytes read per event | CPU per event | events per CPU-second |\n|---|---|---|---|\n")
@@ -503,6 +504,31 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 		p("\n")
 	}
+}
+
+// runQueueTable lists every capacity run's run-queue wait: how long the
+// consumer waited for a CPU while it ran (other work on the machine), so
+// that a run measured on a loaded machine shows as such.
+func (c *CapacityResult) runQueueTable(p func(string, ...any)) {
+	loaded := 0
+	for _, r := range c.Runs {
+		if r.Loaded() {
+			loaded++
+		}
+	}
+	p("Run-queue wait of each run (the consumer's threads waiting for a CPU, /proc/<pid>/task/*/schedstat, watch start → last event): %d of %d runs waited a tenth of their CPU time or more (**loaded**).\n\n", loaded, len(c.Runs))
+	p("| stream | consumer | run | CPU | run-queue wait | wait ÷ CPU |\n|---|---|---|---|---|---|\n")
+	for _, r := range c.Runs {
+		share, mark := "n/a", ""
+		if r.CPU > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*r.RunQueueWait/r.CPU)
+		}
+		if r.Loaded() {
+			mark = " **loaded**"
+		}
+		p("| %s | %s | %d | %.2f s | %.3f s | %s%s |\n", r.Stream, r.Consumer, r.Rep, r.CPU, r.RunQueueWait, share, mark)
+	}
+	p("\n")
 }
 
 func consumerName(c string) string {
