@@ -67,7 +67,7 @@ func (c *checker) checkBrackets() {
 		}
 		if b.completed != nil {
 			d := b.completed
-			c.gaps[s.Source] = append(c.gaps[s.Source], gap{from: d.From, to: d.To, startedSeq: s.Seq, firstSeq: head[b], doneSeq: d.Seq, reason: d.Reason, epoch: d.Epoch})
+			c.gaps[s.Source] = append(c.gaps[s.Source], gap{from: d.From, to: d.To, startedSeq: s.Seq, firstSeq: head[b], doneSeq: d.Seq, reason: d.Reason, epoch: d.Epoch, full: d.Full || s.Full})
 		}
 	}
 }
@@ -156,7 +156,15 @@ func (c *checker) checkPosition(b *bracket) {
 // or relayd crashed) and must be redone: a later list of the source from
 // the same position for the same reason (relayd's epoch moves on with every
 // list, after a crash too: see docs/GUARANTEES.md, the `_epoch` key).
+//
+// A requested list is the exception: the request dies with the process
+// that took it (`relayd resync` reports the failure), so nothing redoes
+// it; its events are versions and deletes of their own, and it covers
+// nothing.
 func (c *checker) checkAborted(b *bracket, later []*bracket) {
+	if b.started.Reason == "requested" {
+		return
+	}
 	for _, n := range later {
 		if n.started.Source != b.started.Source {
 			continue

@@ -867,3 +867,99 @@ func TestResyncFromJudgedAgainstTheCheckpointAsWritten(t *testing.T) {
 	s.h.Checkpoints = []CheckpointWrite{{Rev: 500, Seen: stored(2), Source: "cms", CheckpointRV: s.h.Stream[2].RV - 1}}
 	wantOnly(t, Check(&s.h), map[string]int{"lost": 1})
 }
+
+// config-changed and requested relists are explained by their faults of
+// the same source, and only by them.
+func TestConfigChangedAndRequestedRelists(t *testing.T) {
+	for _, c := range []struct{ reason, fault string }{
+		{"config-changed", FaultConfigChanged},
+		{"requested", FaultResyncRequested},
+	} {
+		s := relistRun(c.reason, func(s *syn, from int64) {
+			s.fault(c.fault, 0)
+			s.h.Faults[len(s.h.Faults)-1].Source = "cms"
+		})
+		r := Check(&s.h)
+		wantOnly(t, r, map[string]int{})
+		if want := c.reason + " by " + c.fault; r.Relists[want] != 1 {
+			t.Errorf("relists %v, want %q once", r.Relists, want)
+		}
+		// The fault of another source explains nothing (and its own
+		// relist is missing).
+		s.h.Faults[0].Source = "widgets"
+		wantOnly(t, Check(&s.h), map[string]int{"relist": 1, "evidence": 1})
+		// Nor does another fault.
+		s = relistRun(c.reason, func(s *syn, from int64) { s.fault(FaultEtcdCompact, from+1) })
+		wantOnly(t, Check(&s.h), map[string]int{"relist": 1, "evidence": 1})
+	}
+}
+
+// A requested list aborted by a crash is not redone (the request died
+// with the process); any other aborted list still must be.
+func TestAbortedRequestedListNeedNotBeRedone(t *testing.T) {
+	s := newSyn()
+	s.publish(s.write("create", "a"), "watch")
+	from := s.rv
+	s.fault(FaultResyncRequested, 0)
+	s.h.Faults[0].Source = "cms"
+	s.marker("sync.started", "requested", 2, from, from)
+	s.h.Exits = []Exit{{At: stored(s.seq).Add(time.Millisecond), Status: "signal: killed", Killed: true, Planned: true}}
+	s.publish(s.write("update", "a"), "watch")
+	s.final()
+	wantOnly(t, Check(&s.h), map[string]int{})
+	for i := range s.h.Stream {
+		if s.h.Stream[i].Kind == "sync.started" {
+			s.h.Stream[i].Reason = "config-changed"
+		}
+	}
+	s.h.Faults[0].Kind = FaultConfigChanged
+	wantOnly(t, Check(&s.h), map[string]int{"bracket": 1})
+}
+
+// A full requested list republishes every object in scope at its
+// toResourceVersion, the unchanged ones too.
+func TestFullResyncRepublishesEveryObject(t *testing.T) {
+	full := func(skip string) *syn {
+		s := newSyn()
+		a := s.write("create", "a")
+		s.publish(a, "watch")
+		b := s.write("create", "b")
+		s.publish(b, "watch")
+		c := s.write("create", "c")
+		s.publish(c, "watch")
+		s.publish(s.write("delete", "c"), "watch")
+		from := s.rv
+		s.fault(FaultResyncRequested, 0)
+		s.h.Faults[0].Source = "cms"
+		s.marker("sync.started", "requested", 2, from, from)
+		s.h.Stream[len(s.h.Stream)-1].Full = true
+		for _, ch := range []Change{a, b} {
+			if ch.Name != skip {
+				e := s.publish(ch, "resync")
+				s.h.Stream[len(s.h.Stream)-1].ID = e.ID + "/full/2"
+				s.h.Stream[len(s.h.Stream)-1].MsgID = e.MsgID + "/full/2"
+				s.h.Stream[len(s.h.Stream)-1].Type = Modified
+			}
+		}
+		s.marker("sync.completed", "requested", 2, from, from)
+		s.h.Stream[len(s.h.Stream)-1].Full = true
+		s.final()
+		return s
+	}
+	r := Check(&full("").h)
+	wantOnly(t, r, map[string]int{})
+	if r.FullResyncs != 1 || r.FullRepublished != 2 {
+		t.Errorf("full resyncs %d, republished %d; want 1, 2 (a and b; c was deleted)", r.FullResyncs, r.FullRepublished)
+	}
+	r = Check(&full("b").h)
+	wantOnly(t, r, map[string]int{"full": 1})
+	if !strings.Contains(r.Summary(), "did not republish the object") {
+		t.Errorf("the finding does not say why:\n%s", r.Summary())
+	}
+	// Without --full the unchanged objects need not be published.
+	s := full("b")
+	for i := range s.h.Stream {
+		s.h.Stream[i].Full = false
+	}
+	wantOnly(t, Check(&s.h), map[string]int{})
+}

@@ -15,6 +15,8 @@ var relistFor = map[string]string{
 	FaultEtcdCompact:       "expired",
 	FaultBucketDeleted:     "index-lost",
 	FaultCheckpointDeleted: "no-checkpoint",
+	FaultConfigChanged:     "config-changed",
+	FaultResyncRequested:   "requested",
 }
 
 // everyFault are the kinds of relistFor of which every single fault must
@@ -24,7 +26,10 @@ var relistFor = map[string]string{
 // (relayd relists every source at its next start, which follows: the run
 // kills it). A checkpoint-deleted fault is not: a running relayd may write
 // the key again before it is killed (then it resumes from it); of that
-// kind, at least one fault must have caused its relist.
+// kind, at least one fault must have caused its relist. Neither is a
+// config change (relayd killed during the relist of an earlier change
+// relists once for both) or a resync request (one sent while relayd is
+// down, or dies with it, does nothing).
 var everyFault = map[string]bool{FaultEtcdCompact: true, FaultBucketDeleted: true}
 
 // checkEvidence (check "evidence"): a run that lacks what it exists for

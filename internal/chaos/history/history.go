@@ -139,6 +139,9 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	From   int64  `json:"from,omitempty"` // 0: no position (initial, no-checkpoint)
 	To     int64  `json:"to,omitempty"`
+	// Full: a requested list that publishes every object (relayd resync
+	// --full).
+	Full bool `json:"full,omitempty"`
 	// Content is what the reader found in the data (shaped sources only).
 	Content *Content `json:"content,omitempty"`
 }
@@ -186,6 +189,9 @@ type Fault struct {
 	// apiserver-kill9 and etcd-restart the revision once the apiserver
 	// served again (its new watch cache starts at or before it). 0: none.
 	Rev int64 `json:"rev,omitempty"`
+	// Source is the source a config-changed or resync-requested fault is
+	// about.
+	Source string `json:"source,omitempty"`
 }
 
 // Fault kinds that explain relists (see relistCauses).
@@ -196,6 +202,12 @@ const (
 	FaultEtcdRestart       = "etcd-restart"
 	FaultBucketDeleted     = "bucket-deleted"
 	FaultCheckpointDeleted = "checkpoint-deleted"
+	// FaultConfigChanged: relayd restarted with another spelling of
+	// Source's filter (its hash changed).
+	FaultConfigChanged = "config-changed"
+	// FaultResyncRequested: `relayd resync` of Source was run (Detail says
+	// whether with --full).
+	FaultResyncRequested = "resync-requested"
 )
 
 // Exit is one exit of a relayd process during the run (the final SIGTERM
