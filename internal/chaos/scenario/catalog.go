@@ -13,8 +13,9 @@ func quiet(ctx context.Context, r *Run) bool {
 
 // Catalog is every scenario: the ones below, then the JetStream cluster
 // ones (cluster.go), then those deleting relayd's recovery state
-// (recovery.go).
-var Catalog = append(append([]Scenario{
+// (recovery.go), then those changing the config and requesting resyncs
+// (relists.go).
+var Catalog = append(append(append([]Scenario{
 	{
 		Name: "kill9-random", MinFaults: 3,
 		Faults: func(ctx context.Context, r *Run) {
@@ -182,7 +183,7 @@ var Catalog = append(append([]Scenario{
 			}
 		},
 	},
-}, clusterScenarios...), recoveryScenarios...)
+}, clusterScenarios...), recoveryScenarios...), relistScenarios...)
 
 // proxyTarget is the part of faultproxy.Proxy the drivers use.
 type proxyTarget interface {

@@ -146,6 +146,7 @@ type Run struct {
 	natsDown bool
 
 	rec recoveryState // recovery.go
+	cfg configState   // relists.go
 }
 
 // Fault records an injected fault, now.
@@ -508,6 +509,10 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	if err := os.WriteFile(conf, b.Bytes(), 0o600); err != nil {
 		res.Err = err
 		return res
+	}
+	r.cfg = configState{path: conf, text: b.String()}
+	if p.Filter {
+		r.cfg.filter = scopeFilter
 	}
 	r.proc = &proc{bin: e.RelaydBin, conf: conf, kc: kc, log: filepath.Join(dir, "relayd.log"), rng: rand.New(rand.NewPCG(p.Seed, 11))}
 	if err := r.proc.start(); err != nil {
