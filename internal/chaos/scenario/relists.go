@@ -34,9 +34,8 @@ func (r *Run) ChangeFilter() bool {
 		return false
 	}
 	c.changes++
-	next := fmt.Sprintf("(%s) && %d > 0", scopeFilter, c.changes)
-	text := strings.Replace(c.text, fmt.Sprintf("filter: %q", c.filter), fmt.Sprintf("filter: %q", next), 1)
-	if text == c.text {
+	text, next, ok := respell(c.text, c.filter, c.changes)
+	if !ok {
 		r.Fault("error", "config-changed: the filter is not in the config")
 		return false
 	}
@@ -56,6 +55,15 @@ func (r *Run) ChangeFilter() bool {
 	r.mu.Unlock()
 	r.Kill9()
 	return true
+}
+
+// respell replaces the filter cur in the config text by its n-th other
+// spelling, (scopeFilter) && n > 0, and returns the new text and filter;
+// false if cur is not in text.
+func respell(text, cur string, n int) (string, string, bool) {
+	next := fmt.Sprintf("(%s) && %d > 0", scopeFilter, n)
+	out := strings.Replace(text, fmt.Sprintf("filter: %q", cur), fmt.Sprintf("filter: %q", next), 1)
+	return out, next, out != text
 }
 
 // Resync runs `relayd resync` of source (with --full if full) and records
