@@ -167,8 +167,9 @@ type checker struct {
 
 	indexLost map[[2]string]bool // objects whose delete an index-lost relist may not report (shaping.go)
 
-	expected  []Change       // the reference mapped through the sources' filters (scope.go)
-	wantScope map[key]string // expected changes that enter or leave scope -> relaydscope
+	expected   []Change           // the reference mapped through the sources' filters (scope.go)
+	wantScope  map[key]string     // expected changes that enter or leave scope -> relaydscope
+	scopeMoves map[string]*[2]int // per filtered source: expected changes entering, leaving scope
 }
 
 // Check checks h; see the package documentation for the properties.

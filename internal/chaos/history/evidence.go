@@ -41,8 +41,12 @@ var everyFault = map[string]bool{FaultEtcdCompact: true, FaultBucketDeleted: tru
 //   - every fault of a kind in relistFor is followed by a relist of the
 //     reason it causes that it explains (relistCauses); of the kinds not
 //     in everyFault, at least one fault per kind;
-//   - a source with a filter has events flagged relaydscope entered and
-//     left on the stream (objects entered and left its scope);
+//   - a source with a filter has changes that made objects enter and
+//     leave its scope (each then judged by the lost, gap and scope rules:
+//     on the stream, flagged where relayd can tell, or covered by a
+//     relist, which cannot tell an object that entered from one created
+//     in its gap and flags neither — so the flagged events themselves are
+//     counted, not required);
 //   - a source whose messages the reader probes (drop paths, a metadata or
 //     reference payload) has probed messages;
 //   - objects named unencodable have events flagged relaydunencodable.
@@ -92,9 +96,9 @@ func (c *checker) checkEvidence() {
 		}
 	}
 	for _, src := range sortedKeys(h.Filters) {
-		n := scope[src]
-		if n[0] == 0 || n[1] == 0 {
-			lack(src, "filtered source: %d events flagged relaydscope entered and %d left on the stream, want both (no object was seen entering and leaving the filter's scope)", n[0], n[1])
+		m, n := c.transitions(src), scope[src]
+		if m[0] == 0 || m[1] == 0 {
+			lack(src, "filtered source: %d changes made an object enter its filter's scope and %d leave it, want both (%d events flagged relaydscope entered and %d left on the stream)", m[0], m[1], n[0], n[1])
 		}
 	}
 	for _, src := range sortedKeys(h.Shaping) {

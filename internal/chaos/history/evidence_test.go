@@ -97,21 +97,21 @@ func TestFilteredSourceShowsObjectsEnteringAndLeaving(t *testing.T) {
 	s.scoped(s.tier("update", "a", "gold"), Modified, "", "watch")
 	s.scoped(s.tier("delete", "a", ""), Deleted, "", "watch")
 	s.final()
-	wantEvidence(t, "never entered nor left", &s.h, 1, "0 events flagged relaydscope entered and 0 left")
+	wantEvidence(t, "never entered nor left", &s.h, 1, "0 changes made an object enter its filter's scope and 0 leave it")
 
 	// Entered only.
 	s = filtering()
 	s.tier("create", "a", "")
 	s.scoped(s.tier("update", "a", "gold"), Added, ScopeEntered, "watch")
 	s.final()
-	wantEvidence(t, "entered only", &s.h, 1, "1 events flagged relaydscope entered and 0 left")
+	wantEvidence(t, "entered only", &s.h, 1, "1 changes made an object enter its filter's scope and 0 leave it")
 
 	// Left only.
 	s = filtering()
 	s.scoped(s.tier("create", "a", "gold"), Added, "", "watch")
 	s.scoped(s.tier("update", "a", "silver"), Deleted, ScopeLeft, "watch")
 	s.final()
-	wantEvidence(t, "left only", &s.h, 1, "0 events flagged relaydscope entered and 1 left")
+	wantEvidence(t, "left only", &s.h, 1, "0 changes made an object enter its filter's scope and 1 leave it")
 }
 
 func TestShapedSourceIsProbed(t *testing.T) {

@@ -358,6 +358,14 @@ sources:
     namespaces: [{{.NS}}]
 {{.Shaped}}`
 
+// minWritesPerSource and minScopedWrites: the writing phase goes on
+// (within its stretch) until every source, and the filtered one, has that
+// many acknowledged writes.
+const (
+	minWritesPerSource = 10
+	minScopedWrites    = 20
+)
+
 var runSeq atomic.Int64 // scenarios run concurrently (test/chaos lanes)
 
 // Execute runs scenario s with params p.
@@ -555,14 +563,29 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	// below.
 	const maxStretch = 4
 	phaseStart := time.Now()
+	// So does it until every source has minWritesPerSource acknowledged
+	// writes (the filtered one minScopedWrites, so that objects enter and
+	// leave its scope): a run whose faults kept the apiserver down most of
+	// the time would otherwise check next to nothing (check evidence).
+	var writer *record.Writer
 	done := func(acked int) bool {
 		if acked < maxWrites && time.Since(phaseStart) < writeFor {
 			return false
 		}
+		by := writer.AckedBy()
+		for _, k := range kinds {
+			want := minWritesPerSource
+			if _, ok := sh.filters[k.Source]; ok {
+				want = minScopedWrites
+			}
+			if by[k.Source] < want {
+				return false
+			}
+		}
 		_, crashes := r.proc.counts()
 		return r.injected()+crashes >= s.MinFaults
 	}
-	writer := record.NewWriter(dyn, record.WriterOptions{Seed: p.Seed, Namespace: ns, Kinds: kinds, Objects: p.Objects,
+	writer = record.NewWriter(dyn, record.WriterOptions{Seed: p.Seed, Namespace: ns, Kinds: kinds, Objects: p.Objects,
 		MaxWrites: maxWrites * maxStretch, Duration: writeFor * maxStretch, Pace: p.Pace, Done: done})
 	wctx, wcancel := context.WithCancel(ctx)
 	fdone := make(chan struct{})
