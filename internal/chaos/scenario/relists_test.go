@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relayd/relayd/internal/chaos/history"
+
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -45,4 +47,23 @@ func toYAML(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// scopeMoves counts the changes that made an object enter and leave the
+// filter's scope, as the checker maps them.
+func TestScopeMoves(t *testing.T) {
+	f := history.Filter{Label: "tier", Value: "gold"}
+	gold := map[string]string{"tier": "gold"}
+	changes := []history.Change{
+		{Source: "scoped", UID: "a", Type: history.Added, Labels: gold},    // created in scope
+		{Source: "scoped", UID: "a", Type: history.Modified},               // left
+		{Source: "scoped", UID: "a", Type: history.Modified, Labels: gold}, // entered
+		{Source: "scoped", UID: "a", Type: history.Deleted},                // deleted in scope: neither
+		{Source: "scoped", UID: "b", Type: history.Added},                  // created out of scope
+		{Source: "scoped", UID: "b", Type: history.Modified, Labels: gold}, // entered
+		{Source: "other", UID: "c", Type: history.Modified, Labels: gold},  // another source
+	}
+	if e, l := scopeMoves(changes, "scoped", f); e != 2 || l != 1 {
+		t.Errorf("entered %d, left %d; want 2, 1", e, l)
+	}
 }

@@ -564,8 +564,8 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	const maxStretch = 4
 	phaseStart := time.Now()
 	// So does it until every source has minWritesPerSource acknowledged
-	// writes (the filtered one minScopedWrites, so that objects enter and
-	// leave its scope): a run whose faults kept the apiserver down most of
+	// writes (the filtered one minScopedWrites) and objects entered and
+	// left the filtered source's scope (in the reference): a run whose faults kept the apiserver down most of
 	// the time would otherwise check next to nothing (check evidence).
 	var writer *record.Writer
 	done := func(acked int) bool {
@@ -580,6 +580,14 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 			}
 			if by[k.Source] < want {
 				return false
+			}
+		}
+		if len(sh.filters) > 0 {
+			changes, _ := ref.Changes()
+			for src, f := range sh.filters {
+				if entered, left := scopeMoves(changes, src, f); entered == 0 || left == 0 {
+					return false
+				}
 			}
 		}
 		_, crashes := r.proc.counts()
@@ -717,6 +725,26 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.RelaydLogDir = dir
 	}
 	return res
+}
+
+// scopeMoves counts src's changes in changes (the reference, in order)
+// that made an object enter and leave filter f's scope.
+func scopeMoves(changes []history.Change, src string, f history.Filter) (entered, left int) {
+	in := map[string]bool{}
+	for _, ch := range changes {
+		if ch.Source != src {
+			continue
+		}
+		now := ch.Type != history.Deleted && f.Matches(ch.Labels)
+		switch {
+		case ch.Type == history.Modified && !in[ch.UID] && now:
+			entered++
+		case ch.Type == history.Modified && in[ch.UID] && !now:
+			left++
+		}
+		in[ch.UID] = now
+	}
+	return entered, left
 }
 
 // injected counts the faults injected so far (not the errors injecting
