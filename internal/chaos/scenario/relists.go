@@ -83,9 +83,18 @@ func (r *Run) Resync(ctx context.Context, source string, full bool, wait time.Du
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, r.Env.RelaydBin, args...).CombinedOutput()
-	if r.Env.Logf != nil {
-		r.Env.Logf("relayd resync --source %s (%s): %v: %s", source, detail, err, strings.TrimSpace(string(out)))
+	// Sent again (same id: the same resync) while no relayd serves the
+	// source yet (it is starting), for up to 10 s.
+	args = append(args, "--id", fmt.Sprintf("chaos-%d", time.Now().UnixNano()))
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		out, err := exec.CommandContext(ctx, r.Env.RelaydBin, args...).CombinedOutput()
+		if err != nil && strings.Contains(string(out), "no relayd serves the source") && time.Now().Before(deadline) && Sleep(ctx, 300*time.Millisecond) {
+			continue
+		}
+		if r.Env.Logf != nil {
+			r.Env.Logf("relayd resync --source %s (%s): %v: %s", source, detail, err, strings.TrimSpace(string(out)))
+		}
+		return
 	}
 }
 
@@ -112,6 +121,24 @@ var relistScenarios = []Scenario{
 				if r.Rng.IntN(2) == 0 && Sleep(ctx, r.Between(100*time.Millisecond, 600*time.Millisecond)) {
 					r.Kill9()
 				}
+			}
+		},
+	},
+	{
+		// A resync requested while relayd recovers from a 410: etcd is
+		// compacted while relayd is down (as in compaction-410), and right
+		// as it starts again, relisting (expired), relayd resync of a
+		// random source, by default or --full, is sent (again until a
+		// relayd serves it).
+		Name: "resync-during-410", NoWatchCache: true, MinFaults: 4,
+		Faults: func(ctx context.Context, r *Run) {
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			for i := 0; quiet(ctx, r); i++ {
+				r.Down(ctx, r.Between(time.Second, 2*time.Second), func() { r.Compact(ctx) })
+				src, full := resyncSources[r.Rng.IntN(len(resyncSources))], i%2 == 1
+				wg.Add(1)
+				go func() { defer wg.Done(); r.Resync(ctx, src, full, 20*time.Second) }()
 			}
 		},
 	},
