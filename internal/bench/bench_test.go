@@ -152,12 +152,24 @@ func TestReportGoals(t *testing.T) {
 	memory := func(peaks ...MemoryPoint) *MemoryResult {
 		return &MemoryResult{Points: peaks, RSSPerObject: 200, LiveHeapPerObject: 120, HeapPerObject: 130}
 	}
+	// filtered adds the filtered relayd's figure (pods) to c.
+	filtered := func(c *CapacityResult, v float64) *CapacityResult {
+		c.Summaries = append(c.Summaries, CapacitySummary{Stream: "pods", Consumer: ConsumerRelaydFiltered, PerCPUSecond: v})
+		return c
+	}
+	twoSizes := []MemoryPoint{{Objects: 10, RSS: 100 << 20, PeakRSS: 120 << 20}, {Objects: 20, RSS: 200 << 20, PeakRSS: 220 << 20}}
+	recovery := func(from410 float64) *RecoveryResult {
+		return &RecoveryResult{Objects: 1000, Runs: []RecoveryRun{{From410: from410}}, From410: from410}
+	}
 	const (
 		absPods  = "capacity: relayd, pods (9 KB), events per CPU-second"
 		dynPods  = "capacity: relayd ÷ dynamic consumer, pods"
 		typPods  = "capacity: relayd ÷ typed consumer, pods"
 		dynWidg  = "capacity: relayd ÷ dynamic consumer, widgets"
 		shaped   = "capacity: relayd with drop + ignoreChanges ÷ plain relayd, pods"
+		filter   = "capacity: relayd with a three-clause filter ÷ plain relayd, pods"
+		liveHeap = "memory: live heap per tracked object"
+		recov    = "recovery: 410 → sync.completed"
 		p50, p99 = "latency: watch read → PubAck p50", "latency: watch read → PubAck p99"
 		load     = "checkpoint writes under load"
 		idle     = "checkpoint writes when idle"
@@ -260,6 +272,80 @@ func TestReportGoals(t *testing.T) {
 		name: "shaped ÷ plain above 0.85",
 		r:    &Report{Capacity: capacity(3000, 1000, 1000, 2580)},
 		want: []want{{prefix: shaped, met: true, measuredHas: "0.86×"}},
+	}, {
+		// Every guard below: a 0 or missing input is never met.
+		name: "plain relayd measured 0: no ratio over it is met (not +Inf)",
+		r:    &Report{Capacity: filtered(capacity(0, 2000, 1000, 21600), 18000)},
+		want: []want{
+			{prefix: shaped, miss: "a side measured 0 (relayd-shaped: 21600, relayd: 0): failed"},
+			{prefix: filter, miss: "a side measured 0 (relayd-filtered: 18000, relayd: 0): failed"},
+			{prefix: typPods, miss: "a side measured 0"},
+		},
+	}, {
+		name: "filtered ÷ plain below 0.7",
+		r:    &Report{Capacity: filtered(capacity(3000, 1000, 1000, 2700), 1800)},
+		want: []want{{prefix: filter, miss: "14% short", measuredHas: "0.60×"}},
+	}, {
+		name: "filtered ÷ plain above 0.7",
+		r:    &Report{Capacity: filtered(capacity(3000, 1000, 1000, 2700), 2250)},
+		want: []want{{prefix: filter, met: true, measuredHas: "0.75×"}},
+	}, {
+		name: "filtered relayd missing or measured 0",
+		r:    &Report{Capacity: capacity(3000, 1000, 1000, 2700)},
+		want: []want{{prefix: filter, notMeasured: true, miss: "no figure for relayd-filtered on pods"}},
+	}, {
+		name: "filtered relayd measured 0",
+		r:    &Report{Capacity: filtered(capacity(3000, 1000, 1000, 2700), 0)},
+		want: []want{{prefix: filter, miss: "a side measured 0 (relayd-filtered: 0, relayd: 3000): failed"}},
+	}, {
+		name: "a VmHWM of 0: the peak is not measured (not 0×)",
+		r: &Report{Memory: memory(twoSizes[0],
+			MemoryPoint{Objects: 20, RSS: 200 << 20, PeakRSS: 0})},
+		want: []want{{prefix: peak, notMeasured: true, miss: "20 objects: no VmHWM or steady RSS"}},
+	}, {
+		name: "a steady RSS of 0: the peak is not measured",
+		r:    &Report{Memory: memory(MemoryPoint{Objects: 10, RSS: 0, PeakRSS: 120 << 20}, twoSizes[1])},
+		want: []want{{prefix: peak, notMeasured: true, miss: "10 objects: no VmHWM or steady RSS"}},
+	}, {
+		name: "negative memory slopes: not measured",
+		r:    &Report{Memory: &MemoryResult{Points: twoSizes, RSSPerObject: -40, LiveHeapPerObject: -3, HeapPerObject: 10}},
+		want: []want{
+			{prefix: rssSlope, notMeasured: true, miss: "a slope of 0 or below", measuredHas: "-40 B"},
+			{prefix: liveHeap, notMeasured: true, miss: "a slope of 0 or below"},
+			{prefix: peak, met: true},
+		},
+	}, {
+		name: "memory slopes of 0: not measured",
+		r:    &Report{Memory: &MemoryResult{Points: twoSizes}},
+		want: []want{{prefix: rssSlope, notMeasured: true}, {prefix: liveHeap, notMeasured: true}},
+	}, {
+		name: "no 410 in relayd's log: recovery not measured (not -1 s)",
+		r:    &Report{Recovery: recovery(-1)},
+		want: []want{{prefix: recov, notMeasured: true, miss: "no 410 in relayd's log"}},
+	}, {
+		name: "a recovery of 0 s: not measured",
+		r:    &Report{Recovery: recovery(0)},
+		want: []want{{prefix: recov, notMeasured: true, miss: "a recovery of 0 s"}},
+	}, {
+		name: "recovery without runs: not measured",
+		r:    &Report{Recovery: &RecoveryResult{Objects: 1000, From410: 2}},
+		want: []want{{prefix: recov, notMeasured: true, miss: "no runs"}},
+	}, {
+		name: "recovery measured",
+		r:    &Report{Recovery: recovery(3.5)},
+		want: []want{{prefix: recov, met: true, measuredHas: "3.50 s"}},
+	}, {
+		name: "0 checkpoint writes under load: not measured",
+		r:    &Report{Latency: func() *LatencyResult { l := latency(10, 10); l.CheckpointWrites = 0; return l }()},
+		want: []want{{prefix: load, notMeasured: true, miss: "no checkpoint write counted under load", measuredHas: "0 in 30.0s"}, {prefix: idle, met: true}},
+	}, {
+		name: "a load window of 0 s: checkpoint writes not measured",
+		r:    &Report{Latency: func() *LatencyResult { l := latency(10, 10); l.Duration = 0; return l }()},
+		want: []want{{prefix: load, notMeasured: true, miss: "no checkpoint write counted under load"}},
+	}, {
+		name: "latencies of 0: not measured",
+		r:    &Report{Latency: func() *LatencyResult { l := latency(10, 10); l.ReadToAck.P50, l.ReadToAck.P99 = 0, 0; return l }()},
+		want: []want{{prefix: p50, notMeasured: true, miss: "a latency of 0"}, {prefix: p99, notMeasured: true, miss: "a latency of 0"}},
 	}, {
 		name: "failed scenarios: not measured",
 		r: &Report{Options: Options{Scenarios: []string{ScenarioCapacity, ScenarioLatency, ScenarioMemory, ScenarioRecovery}, IdleFor: time.Minute},
@@ -396,5 +482,28 @@ func TestReportMetadataFetch(t *testing.T) {
 	r.Markdown(&md)
 	if !strings.Contains(md.String(), "| **whole objects ÷ PartialObjectMetadata** | **9.0×** | **4.00×** | |") {
 		t.Errorf("no metadata-only fetch table:\n%s", md.String())
+	}
+}
+
+// Every capacity run's run-queue wait is in the report, and a run that
+// waited a tenth of its CPU time or more for a CPU is marked loaded.
+func TestReportRunQueueWait(t *testing.T) {
+	r := &Report{Capacity: &CapacityResult{
+		Runs: []CapacityRun{
+			{Stream: "pods", Consumer: ModeRelayd, Rep: 1, CPU: 2, RunQueueWait: 0.05},
+			{Stream: "pods", Consumer: ModeRelayd, Rep: 2, CPU: 2, RunQueueWait: 0.8},
+		},
+		Summaries: []CapacitySummary{{Stream: "pods", Consumer: ModeRelayd, PerCPUSecond: 1000}},
+	}}
+	var md bytes.Buffer
+	r.Markdown(&md)
+	for _, want := range []string{
+		"1 of 2 runs waited a tenth of their CPU time or more (**loaded**)",
+		"| pods | relayd | 1 | 2.00 s | 0.050 s | 2% |",
+		"| pods | relayd | 2 | 2.00 s | 0.800 s | 40% **loaded** |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, md.String())
+		}
 	}
 }

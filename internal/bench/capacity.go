@@ -25,7 +25,16 @@ type CapacityRun struct {
 	// the goals are about.
 	PerCPUSecond float64 `json:"eventsPerCpuSecond"`
 	PerSecond    float64 `json:"eventsPerSecond"`
+	// RunQueueWait is how long the consumer's threads waited in the
+	// kernel's run queue for a CPU in the same window
+	// (/proc/<pid>/task/*/schedstat): other work on the machine took the
+	// CPUs meanwhile. A loaded run shows here.
+	RunQueueWait float64 `json:"runQueueWaitSeconds"`
 }
+
+// Loaded reports whether the run waited for a CPU for a tenth of its CPU
+// time or more: another process had the CPUs for a good part of it.
+func (r CapacityRun) Loaded() bool { return r.CPU > 0 && r.RunQueueWait >= r.CPU/10 }
 
 // CapacitySummary is the median over the repetitions of one stream and
 // consumer.
@@ -251,20 +260,24 @@ func (h *harness) capacityRun(ctx context.Context, c capacityCase, cpuProfile st
 		return run, err
 	}
 	var (
-		mu    sync.Mutex
-		child *Child
-		cpu0  time.Duration
-		t0    time.Time
-		cpuOK = make(chan error, 1)
+		mu     sync.Mutex
+		child  *Child
+		cpu0   time.Duration
+		sched0 SchedStat
+		t0     time.Time
+		cpuOK  = make(chan error, 1)
 	)
 	srv.OnWatch = func() {
 		mu.Lock()
 		defer mu.Unlock()
 		t0 = time.Now()
 		var err error
-		cpu0, err = child.CPU()
+		if cpu0, err = child.CPU(); err == nil {
+			sched0, err = child.Sched()
+		}
 		cpuOK <- err
 	}
+	var sched1 SchedStat
 	name := fmt.Sprintf("capacity-%s-%s-%s", s.Name, consumer, id)
 	var (
 		end  time.Time
@@ -307,6 +320,9 @@ func (h *harness) capacityRun(ctx context.Context, c capacityCase, cpuProfile st
 		if cpu1, err2 = child.CPU(); err2 != nil {
 			return run, err2
 		}
+		if sched1, err2 = child.Sched(); err2 != nil {
+			return run, err2
+		}
 	} else {
 		args := []string{"-mode", consumer, "-kubeconfig", kc, "-group", s.Group, "-version", s.Version, "-resource", s.Resource,
 			"-rv", s.StartRV, "-count", strconv.Itoa(s.Events)}
@@ -329,6 +345,9 @@ func (h *harness) capacityRun(ctx context.Context, c capacityCase, cpuProfile st
 		if cpu1, err = c.CPU(); err != nil {
 			return run, err
 		}
+		if sched1, err = c.Sched(); err != nil {
+			return run, err
+		}
 	}
 	select {
 	case err := <-cpuOK:
@@ -346,6 +365,7 @@ func (h *harness) capacityRun(ctx context.Context, c capacityCase, cpuProfile st
 	}
 	run.Bytes = srv.SentBytes.Load()
 	run.CPU = (cpu1 - cpu0).Seconds()
+	run.RunQueueWait = (sched1.Wait - sched0.Wait).Seconds()
 	run.Wall = end.Sub(t0).Seconds()
 	if run.CPU <= 0 {
 		run.CPU = clockTick.Seconds() // below the resolution of /proc

@@ -128,12 +128,31 @@ func atMost(what, goal, measured string, got, want float64) Goal {
 	return g
 }
 
+// positiveAtMost is atMost for a figure that is never 0 or below when it
+// was measured: such a figure is not measured (why says what it was).
+func positiveAtMost(what, goal, measured string, got, want float64, why string) Goal {
+	if got <= 0 || math.IsNaN(got) {
+		return notMeasured(what, goal, measured, why)
+	}
+	return atMost(what, goal, measured, got, want)
+}
+
 // checkpointsUnderLoad: at most one write per flush interval, that is
 // floor(T/interval)+1 in a window of T seconds (a window can begin just
 // before a flush and end just after one).
+//
+// No write at all, or no window, is not measured: relayd writes its
+// checkpoint under load (a stuck relayd, or a counter that never moved,
+// would otherwise pass).
 func checkpointsUnderLoad(l *LatencyResult) Goal {
+	const what = "checkpoint writes under load"
+	goal := fmt.Sprintf("≤ one per %v flush", flushInterval)
+	if l.CheckpointWrites <= 0 || l.Duration <= 0 {
+		return notMeasured(what, goal, fmt.Sprintf("%.0f in %.1fs", l.CheckpointWrites, l.Duration),
+			"no checkpoint write counted under load (relayd writes one per flush while it relays)")
+	}
 	most := math.Floor(l.Duration/flushInterval.Seconds()) + 1
-	return atMost("checkpoint writes under load", fmt.Sprintf("≤ one per %v flush", flushInterval),
+	return atMost(what, goal,
 		fmt.Sprintf("%.0f in %.1fs (%.3f/s; at most %.0f)", l.CheckpointWrites, l.Duration, l.CheckpointPS, most),
 		l.CheckpointWrites, most)
 }
@@ -280,8 +299,8 @@ func latencyGoals(l *LatencyResult, idle bool, why string) []Goal {
 		g = append(g, notMeasured(p99, "≤ 5 ms", partial, why))
 	} else {
 		g = append(g,
-			atMost(p50, "≤ 1 ms", ms(l.ReadToAck.P50), l.ReadToAck.P50, 0.001),
-			atMost(p99, "≤ 5 ms", ms(l.ReadToAck.P99), l.ReadToAck.P99, 0.005))
+			positiveAtMost(p50, "≤ 1 ms", ms(l.ReadToAck.P50), l.ReadToAck.P50, 0.001, "a latency of 0"),
+			positiveAtMost(p99, "≤ 5 ms", ms(l.ReadToAck.P99), l.ReadToAck.P99, 0.005, "a latency of 0"))
 	}
 	if !l.CheckpointsCounted {
 		g = append(g, notMeasured(load, loadGoal, "", noCheckpoint))
@@ -314,9 +333,13 @@ func memoryGoals(m *MemoryResult, why string) []Goal {
 	if why != "" {
 		g = append(g, notMeasured(rss, "≤ 256 B", "", why), notMeasured(live, "≤ 256 B", "", why))
 	} else {
+		// Memory grows with the objects relayd tracks: a slope of 0 or
+		// below says the sizes' figures are noise (or missing), not
+		// that objects are free.
+		const flat = "a slope of 0 or below (memory did not grow with the objects: the figures are noise or missing)"
 		g = append(g,
-			atMost(rss, "≤ 256 B", fmt.Sprintf("%.0f B", m.RSSPerObject), m.RSSPerObject, 256),
-			atMost(live, "≤ 256 B", fmt.Sprintf("%.0f B (heap in use: %.0f B)", m.LiveHeapPerObject, m.HeapPerObject), m.LiveHeapPerObject, 256))
+			positiveAtMost(rss, "≤ 256 B", fmt.Sprintf("%.0f B", m.RSSPerObject), m.RSSPerObject, 256, flat),
+			positiveAtMost(live, "≤ 256 B", fmt.Sprintf("%.0f B (heap in use: %.0f B)", m.LiveHeapPerObject, m.HeapPerObject), m.LiveHeapPerObject, 256, flat))
 	}
 	if m == nil || len(m.Points) == 0 {
 		if why == "" {
@@ -350,6 +373,8 @@ func recoveryGoal(rc *RecoveryResult, objects int, why string) Goal {
 		return notMeasured(what, "≤ 10 s", "", "no runs")
 	case rc.From410 < 0:
 		return notMeasured(what, "≤ 10 s", "", "no 410 in relayd's log")
+	case rc.From410 == 0:
+		return notMeasured(what, "≤ 10 s", "0 s", "a recovery of 0 s (no time between the 410 and sync.completed)")
 	}
 	return atMost(what, "≤ 10 s", fmt.Sprintf("%.2f s", rc.From410), rc.From410, 10)
 }
@@ -392,6 +417,7 @@ func (r *Report) Markdown(w io.Writer) {
 				float64(s.CPUPerEvent)/1e3, s.PerSecond, ratio)
 		}
 		p("\n")
+		c.runQueueTable(p)
 		if cpu, bytes := c.MetadataFetch(); cpu > 0 {
 			p("#### 1a. Metadata-only fetch (pods, relayd with `payload: metadata`; same interleaved runs)\n\n")
 			p("| relayd read | bytes read per event | CPU per event | events per CPU-second |\n|---|---|---|---|\n")
@@ -478,6 +504,31 @@ func (r *Report) Markdown(w io.Writer) {
 		}
 		p("\n")
 	}
+}
+
+// runQueueTable lists every capacity run's run-queue wait: how long the
+// consumer waited for a CPU while it ran (other work on the machine), so
+// that a run measured on a loaded machine shows as such.
+func (c *CapacityResult) runQueueTable(p func(string, ...any)) {
+	loaded := 0
+	for _, r := range c.Runs {
+		if r.Loaded() {
+			loaded++
+		}
+	}
+	p("Run-queue wait of each run (the consumer's threads waiting for a CPU, /proc/<pid>/task/*/schedstat, watch start → last event): %d of %d runs waited a tenth of their CPU time or more (**loaded**).\n\n", loaded, len(c.Runs))
+	p("| stream | consumer | run | CPU | run-queue wait | wait ÷ CPU |\n|---|---|---|---|---|---|\n")
+	for _, r := range c.Runs {
+		share, mark := "n/a", ""
+		if r.CPU > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*r.RunQueueWait/r.CPU)
+		}
+		if r.Loaded() {
+			mark = " **loaded**"
+		}
+		p("| %s | %s | %d | %.2f s | %.3f s | %s%s |\n", r.Stream, r.Consumer, r.Rep, r.CPU, r.RunQueueWait, share, mark)
+	}
+	p("\n")
 }
 
 func consumerName(c string) string {

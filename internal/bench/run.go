@@ -126,6 +126,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		rep.Recording = rec
 		logf("bench: recording ready (%v)", time.Since(t0).Round(time.Millisecond))
+		// The capacity runs must not share the CPUs with the recording's
+		// kube-apiserver (still busy, and large, after recording): stop
+		// it; the latency scenario starts its own.
+		if h.env != nil {
+			h.env.Stop()
+			h.env = nil
+		}
 	}
 	if err := h.startNATS(ctx); err != nil {
 		return nil, err

@@ -382,18 +382,40 @@ func TestRunThrottlesBookmarksAfterRestart(t *testing.T) {
 	go func() { defer close(done); s.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
+	stored := func(key string) string {
+		t.Helper()
+		v, ok := getCM(t, admin, ns).Data[key]
+		if !ok {
+			return ""
+		}
+		p, err := decode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.ResourceVersion
+	}
+	// waitWrites waits until n writes succeeded.
+	waitWrites := func(n int64, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); cc.ok.Load() < n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d writes, want %d", what, cc.ok.Load(), n)
+			}
+		}
+	}
 	s.Advance("k", pos("2", 0), true)
-	time.Sleep(300 * time.Millisecond) // ~15 ticks
-	if got := cc.updates.Load(); got != 0 {
-		t.Fatalf("bookmark-only progress written 1m after the loaded position (%d writes)", got)
+	// The barrier: progress of another key from an event, which the next
+	// tick writes; that tick came after k's bookmark-only progress and
+	// left it out (a write carries every key due).
+	s.Advance("k2", pos("3", 0), false)
+	waitWrites(1, "progress from an event not written")
+	if got, k, k2 := cc.updates.Load(), stored("k"), stored("k2"); got != 1 || k != "1" || k2 != "3" {
+		t.Fatalf("bookmark-only progress written 1m after the loaded position: %d writes, stored k %q, k2 %q; want 1 write, k 1, k2 3", got, k, k2)
 	}
 	clock.Add(time.Minute)
-	deadline := time.Now().Add(5 * time.Second)
-	for cc.ok.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("bookmark-only progress not written after the interval")
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitWrites(2, "bookmark-only progress not written after the interval")
+	if k := stored("k"); k != "2" {
+		t.Errorf("stored k %q after the interval, want 2", k)
 	}
 	if got, want := testutil.ToFloat64(m.LastWrite.WithLabelValues("k")), unixSeconds(clock.Now()); got != want {
 		t.Errorf("last write %v, want %v", got, want)

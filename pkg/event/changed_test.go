@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -26,7 +27,8 @@ var changedTestPaths = []string{
 // the values compared with reflect.DeepEqual. Member order, whitespace,
 // string escapes and number spellings do not count; null is not absent.
 // Pairs are a reserialised copy, a copy with a few members changed,
-// removed or set to null, or an unrelated object.
+// removed or set to null, a copy with its arrays (nested ones too)
+// reordered — [1,2] is not [2,1] — or an unrelated object.
 func TestChangedPathsEqualJSONComparison(t *testing.T) {
 	sh, err := NewShaping(ShapingOptions{ChangedPaths: changedTestPaths})
 	if err != nil {
@@ -41,18 +43,23 @@ func TestChangedPathsEqualJSONComparison(t *testing.T) {
 	r := rand.New(rand.NewPCG(29, 2))
 	var f *Fingerprinter
 	const pairs = 20000
-	var kinds [3]int
-	var differ, same int
+	var kinds [4]int
+	var differ, same, reordered int
 	for n := range pairs {
 		a := genObject(r)
 		var b map[string]any
-		kind := r.IntN(3)
+		kind := r.IntN(4)
 		kinds[kind]++
 		switch kind {
 		case 0:
 			b = a
 		case 1:
 			b = mutate(r, deepCopy(a).(map[string]any))
+		case 2:
+			b = deepCopy(a).(map[string]any)
+			if reorder(r, b) {
+				reordered++
+			}
 		default:
 			b = genObject(r)
 		}
@@ -92,11 +99,11 @@ func TestChangedPathsEqualJSONComparison(t *testing.T) {
 			same++
 		}
 	}
-	// The pairs exercise both answers.
-	if differ < pairs/3 || same < pairs/3 {
-		t.Fatalf("%d pairs with a changed path, %d with an unchanged one: the generator does not exercise both", differ, same)
+	// The pairs exercise both answers, and arrays whose order changed.
+	if differ < pairs/3 || same < pairs/3 || reordered < pairs/50 {
+		t.Fatalf("%d pairs with a changed path, %d with an unchanged one, %d with an array reordered: the generator does not exercise each", differ, same, reordered)
 	}
-	t.Logf("%d pairs (copies, mutations, unrelated: %v): %d with a changed path, %d with an unchanged path; all equal to the JSON comparison", pairs, kinds, differ, same)
+	t.Logf("%d pairs (copies, mutations, reorders, unrelated: %v): %d with a changed path, %d with an unchanged path, %d with an array reordered; all equal to the JSON comparison", pairs, kinds, differ, same, reordered)
 }
 
 // list is the paths of bits, as relaydchanged carries them.
@@ -134,7 +141,7 @@ func genValue(r *rand.Rand, depth int) any {
 		if depth <= 0 {
 			return nil
 		}
-		l := make([]any, r.IntN(3))
+		l := make([]any, r.IntN(4))
 		for i := range l {
 			l[i] = genValue(r, depth-1)
 		}
@@ -219,6 +226,32 @@ func mutate(r *rand.Rand, o map[string]any) map[string]any {
 		}
 	}
 	return o
+}
+
+// reorder permutes the arrays in v, nested ones (arrays in arrays, in
+// objects) too, each with probability 1/2 (rotated by one, so that an
+// array of two or more elements that are not all equal changes order).
+// It reports whether some array's order changed.
+func reorder(r *rand.Rand, v any) bool {
+	changed := false
+	switch v := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			changed = reorder(r, v[k]) || changed
+		}
+	case []any:
+		for _, x := range v {
+			changed = reorder(r, x) || changed
+		}
+		if len(v) > 1 && r.IntN(2) == 0 {
+			before := fmt.Sprint(v)
+			first := v[0]
+			copy(v, v[1:])
+			v[len(v)-1] = first
+			changed = changed || fmt.Sprint(v) != before
+		}
+	}
+	return changed
 }
 
 // serialize writes v as JSON with its members in a random order, random

@@ -107,8 +107,11 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Each running watch publishes exactly one heartbeat per interval, at its
 // own phase: 600 watches over 10 minutes of 1s ticks publish 6,000, spread
-// so that no tick carries more than 3 times the average; a source with
-// interval 0 publishes none.
+// over the interval: each quarter of it carries 20–30% of them (an even
+// spread 25%; phases squeezed into half the interval leave two quarters
+// empty), and no tick more than 2.5 times the average (the phases are
+// hashes of the watches' keys: 2.2 times here); a source with interval 0
+// publishes none.
 func TestSpreadOnePerInterval(t *testing.T) {
 	pub := &fakePublisher{}
 	h, ws, _ := newTest(t, pub, config.Source{Name: "a"}, config.Source{Name: "off", HeartbeatInterval: every(0)})
@@ -120,10 +123,13 @@ func TestSpreadOnePerInterval(t *testing.T) {
 	*ws = append(*ws, &fakeWatch{key: "off.x", src: off, running: true})
 	per := map[string]int{}
 	maxTick := 0
+	var quarters [4]int // heartbeats by the quarter of the (60 s) interval they fell in
 	for s := 1; s <= 600; s++ {
 		before := len(pub.sent)
 		h.Tick(t0.Add(time.Duration(s) * time.Second))
-		maxTick = max(maxTick, len(pub.sent)-before)
+		n := len(pub.sent) - before
+		maxTick = max(maxTick, n)
+		quarters[(s%60)/15] += n
 	}
 	for _, m := range pub.sent {
 		env, err := event.DecodeMessage(m.Header, m.Data)
@@ -143,8 +149,13 @@ func TestSpreadOnePerInterval(t *testing.T) {
 			t.Errorf("%s: %d heartbeats in 10 intervals, want 10", ns, n)
 		}
 	}
-	if avg := 600 / 60; maxTick > 3*avg {
+	if avg := 600 / 60; 2*maxTick > 5*avg {
 		t.Errorf("a tick published %d heartbeats; the average is %d: not spread", maxTick, avg)
+	}
+	for i, n := range quarters {
+		if share := float64(n) / float64(len(pub.sent)); share < 0.20 || share > 0.30 {
+			t.Errorf("quarter %d of the interval carried %d of %d heartbeats (%.0f%%; quarters %v): not spread over the interval", i+1, n, len(pub.sent), 100*share, quarters)
+		}
 	}
 }
 

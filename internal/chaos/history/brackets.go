@@ -67,7 +67,7 @@ func (c *checker) checkBrackets() {
 		}
 		if b.completed != nil {
 			d := b.completed
-			c.gaps[s.Source] = append(c.gaps[s.Source], gap{from: d.From, to: d.To, startedSeq: s.Seq, firstSeq: head[b], doneSeq: d.Seq, reason: d.Reason, epoch: d.Epoch})
+			c.gaps[s.Source] = append(c.gaps[s.Source], gap{from: d.From, to: d.To, startedSeq: s.Seq, firstSeq: head[b], doneSeq: d.Seq, reason: d.Reason, epoch: d.Epoch, full: d.Full || s.Full})
 		}
 	}
 }
@@ -107,9 +107,10 @@ func (c *checker) checkListEvents(byKey map[[2]string]*bracket) {
 }
 
 // checkPosition: a list's fromResourceVersion is relayd's position, at or
-// after every checkpoint of the source read before sync.started was
-// stored; only a list without a position (initial, no-checkpoint) starts
-// from none.
+// after the last checkpoint of the source read (sampled) before
+// sync.started was stored, and the last one written (the ConfigMap's
+// writes the reference saw) before it; only a list without a position
+// (initial, no-checkpoint) starts from none.
 func (c *checker) checkPosition(b *bracket) {
 	s := b.started
 	if s.From == 0 {
@@ -135,13 +136,35 @@ func (c *checker) checkPosition(b *bracket) {
 		b.problem("fromResourceVersion %d is before the checkpoint %d read at %s, before sync.started was stored at %s",
 			s.From, last.CheckpointRV, last.At.Format("15:04:05.000"), s.Stored.Format("15:04:05.000"))
 	}
+	// The checkpoint as written: the source's key after the last write of
+	// the ConfigMap seen before sync.started was stored (written at or
+	// before it was seen). A write that removed the key (a deleted
+	// checkpoint) bounds nothing.
+	var written *CheckpointWrite
+	for i, w := range c.h.Checkpoints {
+		if w.Source == s.Source && w.Seen.Before(s.Stored) && (written == nil || w.Rev > written.Rev) {
+			written = &c.h.Checkpoints[i]
+		}
+	}
+	if written != nil && s.From < written.CheckpointRV {
+		b.problem("fromResourceVersion %d is before the checkpoint %d written at revision %d (seen %s), before sync.started was stored at %s",
+			s.From, written.CheckpointRV, written.Rev, written.Seen.Format("15:04:05.000"), s.Stored.Format("15:04:05.000"))
+	}
 }
 
 // checkAborted: a list without sync.completed was aborted (its list failed,
 // or relayd crashed) and must be redone: a later list of the source from
 // the same position for the same reason (relayd's epoch moves on with every
 // list, after a crash too: see docs/GUARANTEES.md, the `_epoch` key).
+//
+// A requested list is the exception: the request dies with the process
+// that took it (`relayd resync` reports the failure), so nothing redoes
+// it; its events are versions and deletes of their own, and it covers
+// nothing.
 func (c *checker) checkAborted(b *bracket, later []*bracket) {
+	if b.started.Reason == "requested" {
+		return
+	}
 	for _, n := range later {
 		if n.started.Source != b.started.Source {
 			continue

@@ -13,7 +13,9 @@ type Finding struct {
 	// Check names the property: lost, gap-state, gap-delete, bracket,
 	// order, phantom, final, checkpoint-ahead, samples, reference,
 	// duplicate, relist, exit, untraced, unflagged (trace.go), shaping
-	// (shaping.go), scope (scope.go).
+	// (shaping.go), scope (scope.go), full (a full resync that did not
+	// republish an object), evidence (evidence.go: the run
+	// lacks what it exists for).
 	Check  string `json:"check"`
 	Source string `json:"source"`
 	UID    string `json:"uid,omitempty"`
@@ -60,6 +62,10 @@ type Report struct {
 	// RedoneLists counts lists that redid an aborted list of their source
 	// (same position and reason): the same relist, not another one.
 	RedoneLists int `json:"redoneLists,omitempty"`
+	// FullResyncs counts valid, completed full requested lists;
+	// FullRepublished the objects they republished (checkFull).
+	FullResyncs     int `json:"fullResyncs,omitempty"`
+	FullRepublished int `json:"fullRepublished,omitempty"`
 	// Shaping counts what the shaping checks saw (shaping.go).
 	Shaping ShapingReport `json:"shaping"`
 	// Scope counts what the filter checks saw (scope.go); zero without
@@ -97,6 +103,9 @@ func (r Report) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d reference changes, %d stream messages (%d object events, %d duplicates, %d redundant resync deletes), %d covered by a resync, %d gap deletes reported, resyncs %v, relists %v (%d aborted lists redone), %d exits (%d unexplained), %d checkpoint samples (%d of %d tries failed, %d with a server unavailable)",
 		r.ReferenceChanges, r.StreamMessages, r.ObjectMessages, r.Duplicates, r.RedundantDeletes, r.CoveredByResync, r.GapDeletes, r.Resyncs, r.Relists, r.RedoneLists, r.Exits, r.UnexplainedExits, r.Samples, r.SampleErrors, r.SampleAttempts, r.SampleUnavailable)
+	if r.FullResyncs > 0 {
+		fmt.Fprintf(&b, ", %d full resyncs republished %d objects", r.FullResyncs, r.FullRepublished)
+	}
 	if r.Unencodable > 0 || r.UnencodableTraced > 0 {
 		fmt.Fprintf(&b, ", %d unencodable changes traced by %d flagged events", r.UnencodableTraced, r.Unencodable)
 	}
@@ -140,6 +149,7 @@ type gap struct {
 	firstSeq uint64
 	reason   string
 	epoch    uint64
+	full     bool // a requested list that publishes every object (checkFull)
 }
 
 type checker struct {
@@ -157,8 +167,9 @@ type checker struct {
 
 	indexLost map[[2]string]bool // objects whose delete an index-lost relist may not report (shaping.go)
 
-	expected  []Change       // the reference mapped through the sources' filters (scope.go)
-	wantScope map[key]string // expected changes that enter or leave scope -> relaydscope
+	expected   []Change           // the reference mapped through the sources' filters (scope.go)
+	wantScope  map[key]string     // expected changes that enter or leave scope -> relaydscope
+	scopeMoves map[string]*[2]int // per filtered source: expected changes entering, leaving scope
 }
 
 // Check checks h; see the package documentation for the properties.
@@ -187,7 +198,9 @@ func Check(h *History) Report {
 	c.checkExits()
 	c.checkTraces()
 	c.checkShaping()
-	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "bracket": 5, "phantom": 6, "order": 7, "final": 8, "checkpoint-ahead": 9, "samples": 10, "relist": 11, "duplicate": 12, "unflagged": 13, "shaping": 14, "scope": 14}
+	c.checkFull()
+	c.checkEvidence()
+	rank := map[string]int{"reference": 0, "exit": 1, "lost": 2, "untraced": 3, "gap-delete": 3, "gap-state": 4, "bracket": 5, "phantom": 6, "order": 7, "final": 8, "checkpoint-ahead": 9, "samples": 10, "relist": 11, "duplicate": 12, "unflagged": 13, "shaping": 14, "scope": 14, "full": 14, "evidence": 15}
 	sort.SliceStable(c.rep.Failures, func(i, j int) bool { return rank[c.rep.Failures[i].Check] < rank[c.rep.Failures[j].Check] })
 	return c.rep
 }
@@ -598,7 +611,11 @@ func cmpOr(a, b string) string {
 //     served again at a revision above it: a position older than the new
 //     cache's start gets 410 Gone from the cache;
 //   - no-checkpoint: the checkpoint (key) deleted before it;
-//   - index-lost: the index bucket deleted before it.
+//   - index-lost: the index bucket deleted before it;
+//   - config-changed: relayd restarted with the source's filter changed
+//     before it (a config-changed fault of the source);
+//   - requested: `relayd resync` of the source run before it (a
+//     resync-requested fault of the source).
 //
 // Nothing else explains a relist: in particular a kill -9 of relayd, a
 // failpoint crash, a NATS restart or a network fault must resume from the
@@ -615,7 +632,9 @@ func (c *checker) relistCauses(e Event, watchSeen bool, firstOfSource bool) (cau
 		case e.Reason == "expired" && f.Rev > e.From &&
 			(f.Kind == FaultEtcdCompact || f.Kind == FaultAPIServerRestart || f.Kind == FaultAPIServerKill9 || f.Kind == FaultEtcdRestart),
 			e.Reason == "no-checkpoint" && f.Kind == FaultCheckpointDeleted,
-			e.Reason == "index-lost" && f.Kind == FaultBucketDeleted:
+			e.Reason == "index-lost" && f.Kind == FaultBucketDeleted,
+			e.Reason == "config-changed" && f.Kind == FaultConfigChanged && f.Source == e.Source,
+			e.Reason == "requested" && f.Kind == FaultResyncRequested && f.Source == e.Source:
 			causes = append(causes, i)
 		}
 	}
@@ -741,4 +760,61 @@ func (c *checker) checkExits() {
 		c.fail(Finding{Check: "exit", Source: "relayd",
 			Detail: fmt.Sprintf("relayd exited at %s (%s): %s; log tail:\n%s", x.At.Format("15:04:05.000"), x.Status, why, x.LogTail)})
 	}
+}
+
+// checkFull: a full requested list (relayd resync --full) publishes every
+// object of its source in scope at its toResourceVersion between its
+// markers — at that version (for a source with ignoreChanges, a version
+// that reads the same) — the unchanged ones too.
+func (c *checker) checkFull() {
+	for _, src := range sortedKeys(c.gaps) {
+		for _, g := range c.gaps[src] {
+			if !g.full {
+				continue
+			}
+			c.rep.FullResyncs++
+			for _, k := range c.objectsOf(src) {
+				var state *Change
+				for i, x := range c.byUID[k] {
+					if x.RV <= g.to {
+						state = &c.byUID[k][i]
+					}
+				}
+				if state == nil || state.Type == Deleted || !c.inScope(*state) {
+					continue
+				}
+				if c.republished(*state, g) {
+					c.rep.FullRepublished++
+					continue
+				}
+				c.fail(Finding{Check: "full", Source: src, UID: state.UID, Name: state.Name, RV: state.RV,
+					Detail: fmt.Sprintf("full resync (epoch %d, %d..%d, seq %d..%d) did not republish the object at its state at %d (rv %d)", g.epoch, g.from, g.to, g.firstSeq, g.doneSeq, g.to, state.RV)})
+			}
+		}
+	}
+}
+
+// objectsOf is the reference's objects of src, sorted.
+func (c *checker) objectsOf(src string) [][2]string {
+	var out [][2]string
+	for k := range c.byUID {
+		if k[0] == src {
+			out = append(out, k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][1] < out[j][1] })
+	return out
+}
+
+// republished reports whether an event of state's object inside g names
+// state (or, with ignoreChanges, a version of its run).
+func (c *checker) republished(state Change, g gap) bool {
+	for _, x := range c.run(state) {
+		for _, e := range c.events[[2]string{state.Source, state.UID}] {
+			if e.Type != Deleted && e.RV == x.RV && g.firstSeq < e.Seq && e.Seq <= g.doneSeq {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -460,15 +460,24 @@ func TestRelistAfterOnlyAKillFails(t *testing.T) {
 }
 
 func TestRelistWithTheWrongFaultFails(t *testing.T) {
-	for _, c := range []struct{ reason, fault string }{
-		{"expired", FaultCheckpointDeleted},
-		{"expired", FaultBucketDeleted},
-		{"no-checkpoint", FaultEtcdCompact},
-		{"index-lost", FaultAPIServerKill9},
-		{"closed", FaultAPIServerKill9}, // not a reason relayd relists for
+	// A fault that always causes a relist of its reason and was followed
+	// by none also lacks its evidence.
+	for _, c := range []struct {
+		reason, fault string
+		evidence      int
+	}{
+		{"expired", FaultCheckpointDeleted, 1},
+		{"expired", FaultBucketDeleted, 1},
+		{"no-checkpoint", FaultEtcdCompact, 1},
+		{"index-lost", FaultAPIServerKill9, 0},
+		{"closed", FaultAPIServerKill9, 0}, // not a reason relayd relists for
 	} {
 		s := relistRun(c.reason, func(s *syn, from int64) { s.fault(c.fault, from+1) })
-		wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+		want := map[string]int{"relist": 1}
+		if c.evidence > 0 {
+			want["evidence"] = c.evidence
+		}
+		wantOnly(t, Check(&s.h), want)
 	}
 }
 
@@ -477,12 +486,12 @@ func TestRelistWithTheWrongFaultFails(t *testing.T) {
 func TestRelistBeforeTheFaultOrFromAfterItFails(t *testing.T) {
 	s := relistRun("expired", func(s *syn, from int64) {})
 	s.h.Faults = []Fault{{At: s.h.Stream[len(s.h.Stream)-1].Stored.Add(time.Millisecond), Kind: FaultEtcdCompact, Rev: s.rv + 1}}
-	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+	wantOnly(t, Check(&s.h), map[string]int{"relist": 1, "evidence": 1}) // and the compaction caused no relist
 
 	// Compacted (or the watch cache restarted) at or before the position
 	// the relist started from: that position had not expired.
 	s = relistRun("expired", func(s *syn, from int64) { s.fault(FaultEtcdCompact, from) })
-	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
+	wantOnly(t, Check(&s.h), map[string]int{"relist": 1, "evidence": 1})
 	s = relistRun("expired", func(s *syn, from int64) { s.fault(FaultAPIServerKill9, from-1) })
 	wantOnly(t, Check(&s.h), map[string]int{"relist": 1})
 }
@@ -535,7 +544,7 @@ func TestSamplingIsRequired(t *testing.T) {
 	// No sample of a source: checkpoint-ahead checked nothing.
 	s.h.Sources = []string{"cms", "widgets"}
 	r := Check(&s.h)
-	wantOnly(t, r, map[string]int{"samples": 1})
+	wantOnly(t, r, map[string]int{"samples": 1, "evidence": 2}) // nor a change or an event of it
 	if !strings.Contains(r.Summary(), "widgets") {
 		t.Errorf("the finding does not name the source:\n%s", r.Summary())
 	}
@@ -584,7 +593,7 @@ func TestSamplingIsRequired(t *testing.T) {
 	}
 	wantOnly(t, Check(h), map[string]int{})
 	h.Samples = nil
-	wantOnly(t, Check(h), map[string]int{"samples": 2}) // none of cms, none after the kill
+	wantOnly(t, Check(h), map[string]int{"samples": 2, "evidence": 1}) // none of cms, none after the kill, none at all
 }
 
 // wrongFrom: a's second version is lost by the watch (before the position
@@ -777,5 +786,180 @@ func TestOneFaultExplainsOneRelistPerSource(t *testing.T) {
 	s.marker("sync.started", "expired", 3, s.h.Stream[3].From, s.rv)
 	s.marker("sync.completed", "expired", 3, s.h.Stream[3].From, s.rv)
 	s.final()
+	wantOnly(t, Check(&s.h), map[string]int{})
+}
+
+// A list event stored before its epoch's sync.started is outside the
+// list's markers: a consumer reading the stream would take it for
+// something before the gap. The list is then no valid gap.
+func TestListEventBeforeItsSyncStartedFails(t *testing.T) {
+	s, _ := gapRun(true, true)
+	for i, e := range s.h.Stream {
+		if e.Kind == "sync.started" {
+			// sync.started and the list's first event (a's state) trade
+			// places.
+			s.h.Stream[i].Seq, s.h.Stream[i+1].Seq = s.h.Stream[i+1].Seq, e.Seq
+			s.h.Stream[i].Stored, s.h.Stream[i+1].Stored = s.h.Stream[i+1].Stored, e.Stored
+			break
+		}
+	}
+	r := Check(&s.h)
+	// The event, and the list it makes invalid (which then covers none of
+	// the four changes it would).
+	wantOnly(t, r, map[string]int{"bracket": 2, "lost": 4})
+	if !strings.Contains(r.Summary(), "(origin resync, epoch 2, seq 3) before its sync.started (seq 4)") {
+		t.Errorf("the finding does not say why:\n%s", r.Summary())
+	}
+}
+
+// A sync.completed stored before its sync.started brackets nothing.
+func TestSyncCompletedBeforeSyncStartedFails(t *testing.T) {
+	s := relistRun("expired", func(s *syn, from int64) { s.fault(FaultEtcdCompact, from+1) })
+	wantOnly(t, Check(&s.h), map[string]int{})
+	for i, e := range s.h.Stream {
+		if e.Kind == "sync.started" {
+			s.h.Stream[i].Seq, s.h.Stream[i+1].Seq = s.h.Stream[i+1].Seq, e.Seq
+			break
+		}
+	}
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"bracket": 1})
+	if !strings.Contains(r.Summary(), "sync.completed (seq 4) before its sync.started (seq 5)") {
+		t.Errorf("the finding does not say why:\n%s", r.Summary())
+	}
+}
+
+// The position is judged against the checkpoint as written (every write
+// of the ConfigMap), not only the nearest sample: here no sample was read
+// between the checkpoint's write and the relist.
+func TestResyncFromJudgedAgainstTheCheckpointAsWritten(t *testing.T) {
+	s := wrongFrom(-3, -3)
+	s.h.Samples = s.h.Samples[1:] // only the final sample: the write was never sampled
+	// Unseen, the list from before the checkpoint covers (forgives) the
+	// change relayd's watch skipped.
+	none := map[string]int{}
+	wantOnly(t, Check(&s.h), none)
+	written := CheckpointWrite{Rev: 500, Seen: stored(1).Add(time.Millisecond), Source: "cms", CheckpointRV: 101}
+	s.h.Checkpoints = []CheckpointWrite{written}
+	r := Check(&s.h)
+	wantOnly(t, r, map[string]int{"bracket": 1, "lost": 1})
+	if !strings.Contains(r.Summary(), "fromResourceVersion 100 is before the checkpoint 101 written at revision 500") {
+		t.Errorf("the finding does not say why:\n%s", r.Summary())
+	}
+	// The last write seen before sync.started counts: a later write that
+	// removed the key (a deleted checkpoint) bounds nothing, …
+	removed := written
+	removed.Rev, removed.CheckpointRV = 501, 0
+	s.h.Checkpoints = []CheckpointWrite{written, removed}
+	wantOnly(t, Check(&s.h), none)
+	// … one seen after sync.started was stored neither, …
+	late := written
+	late.Seen = s.h.Stream[len(s.h.Stream)-1].Stored.Add(time.Second)
+	s.h.Checkpoints = []CheckpointWrite{late}
+	wantOnly(t, Check(&s.h), none)
+	// … nor one of another source.
+	other := written
+	other.Source = "widgets"
+	s.h.Checkpoints = []CheckpointWrite{other}
+	wantOnly(t, Check(&s.h), none)
+	// At the position, it passes.
+	s = wrongFrom(0, 0)
+	s.h.Checkpoints = []CheckpointWrite{{Rev: 500, Seen: stored(2), Source: "cms", CheckpointRV: s.h.Stream[2].RV - 1}}
+	wantOnly(t, Check(&s.h), map[string]int{"lost": 1})
+}
+
+// config-changed and requested relists are explained by their faults of
+// the same source, and only by them.
+func TestConfigChangedAndRequestedRelists(t *testing.T) {
+	for _, c := range []struct{ reason, fault string }{
+		{"config-changed", FaultConfigChanged},
+		{"requested", FaultResyncRequested},
+	} {
+		s := relistRun(c.reason, func(s *syn, from int64) {
+			s.fault(c.fault, 0)
+			s.h.Faults[len(s.h.Faults)-1].Source = "cms"
+		})
+		r := Check(&s.h)
+		wantOnly(t, r, map[string]int{})
+		if want := c.reason + " by " + c.fault; r.Relists[want] != 1 {
+			t.Errorf("relists %v, want %q once", r.Relists, want)
+		}
+		// The fault of another source explains nothing (and its own
+		// relist is missing).
+		s.h.Faults[0].Source = "widgets"
+		wantOnly(t, Check(&s.h), map[string]int{"relist": 1, "evidence": 1})
+		// Nor does another fault.
+		s = relistRun(c.reason, func(s *syn, from int64) { s.fault(FaultEtcdCompact, from+1) })
+		wantOnly(t, Check(&s.h), map[string]int{"relist": 1, "evidence": 1})
+	}
+}
+
+// A requested list aborted by a crash is not redone (the request died
+// with the process); any other aborted list still must be.
+func TestAbortedRequestedListNeedNotBeRedone(t *testing.T) {
+	s := newSyn()
+	s.publish(s.write("create", "a"), "watch")
+	from := s.rv
+	s.fault(FaultResyncRequested, 0)
+	s.h.Faults[0].Source = "cms"
+	s.marker("sync.started", "requested", 2, from, from)
+	s.h.Exits = []Exit{{At: stored(s.seq).Add(time.Millisecond), Status: "signal: killed", Killed: true, Planned: true}}
+	s.publish(s.write("update", "a"), "watch")
+	s.final()
+	wantOnly(t, Check(&s.h), map[string]int{})
+	for i := range s.h.Stream {
+		if s.h.Stream[i].Kind == "sync.started" {
+			s.h.Stream[i].Reason = "config-changed"
+		}
+	}
+	s.h.Faults[0].Kind = FaultConfigChanged
+	wantOnly(t, Check(&s.h), map[string]int{"bracket": 1})
+}
+
+// A full requested list republishes every object in scope at its
+// toResourceVersion, the unchanged ones too.
+func TestFullResyncRepublishesEveryObject(t *testing.T) {
+	full := func(skip string) *syn {
+		s := newSyn()
+		a := s.write("create", "a")
+		s.publish(a, "watch")
+		b := s.write("create", "b")
+		s.publish(b, "watch")
+		c := s.write("create", "c")
+		s.publish(c, "watch")
+		s.publish(s.write("delete", "c"), "watch")
+		from := s.rv
+		s.fault(FaultResyncRequested, 0)
+		s.h.Faults[0].Source = "cms"
+		s.marker("sync.started", "requested", 2, from, from)
+		s.h.Stream[len(s.h.Stream)-1].Full = true
+		for _, ch := range []Change{a, b} {
+			if ch.Name != skip {
+				e := s.publish(ch, "resync")
+				s.h.Stream[len(s.h.Stream)-1].ID = e.ID + "/full/2"
+				s.h.Stream[len(s.h.Stream)-1].MsgID = e.MsgID + "/full/2"
+				s.h.Stream[len(s.h.Stream)-1].Type = Modified
+			}
+		}
+		s.marker("sync.completed", "requested", 2, from, from)
+		s.h.Stream[len(s.h.Stream)-1].Full = true
+		s.final()
+		return s
+	}
+	r := Check(&full("").h)
+	wantOnly(t, r, map[string]int{})
+	if r.FullResyncs != 1 || r.FullRepublished != 2 {
+		t.Errorf("full resyncs %d, republished %d; want 1, 2 (a and b; c was deleted)", r.FullResyncs, r.FullRepublished)
+	}
+	r = Check(&full("b").h)
+	wantOnly(t, r, map[string]int{"full": 1})
+	if !strings.Contains(r.Summary(), "did not republish the object") {
+		t.Errorf("the finding does not say why:\n%s", r.Summary())
+	}
+	// Without --full the unchanged objects need not be published.
+	s := full("b")
+	for i := range s.h.Stream {
+		s.h.Stream[i].Full = false
+	}
 	wantOnly(t, Check(&s.h), map[string]int{})
 }

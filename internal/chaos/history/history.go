@@ -50,7 +50,12 @@
 //     delete (relaydscope left) and counts like a delete for every rule
 //     above, one that makes it enter an added (relaydscope entered), a
 //     change out of scope before and after nothing; no event names a
-//     version out of scope or an object that was not in scope.
+//     version out of scope or an object that was not in scope;
+//   - the run has what it exists for (evidence.go): sources, changes,
+//     messages and samples; each fault's relist (an etcd compaction's
+//     expired, a deleted bucket's index-lost, a deleted checkpoint's
+//     no-checkpoint); the filtered source's objects entering and leaving
+//     scope; the shaped sources' messages probed. An empty history fails.
 //
 // resourceVersions are compared as numbers here: the checker knows the
 // store is etcd (relayd itself treats them as opaque).
@@ -134,6 +139,9 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	From   int64  `json:"from,omitempty"` // 0: no position (initial, no-checkpoint)
 	To     int64  `json:"to,omitempty"`
+	// Full: a requested list that publishes every object (relayd resync
+	// --full).
+	Full bool `json:"full,omitempty"`
 	// Content is what the reader found in the data (shaped sources only).
 	Content *Content `json:"content,omitempty"`
 }
@@ -159,6 +167,17 @@ type Sample struct {
 	StreamLastSeq uint64    `json:"streamLastSeq"`
 }
 
+// CheckpointWrite is one write of relayd's checkpoint ConfigMap, as the
+// reference watch of etcd saw it (every write, in revision order): the
+// resourceVersion a source's key held after it.
+type CheckpointWrite struct {
+	Rev  int64     `json:"rev"`  // the write's etcd revision
+	Seen time.Time `json:"seen"` // when the reference saw it: written at or before
+	// Source's key held CheckpointRV (0: missing, or no resourceVersion).
+	Source       string `json:"source"`
+	CheckpointRV int64  `json:"checkpointRV"`
+}
+
 // Fault is one injected fault. At is when it took effect (for a server
 // kill: the kill, not the end of the restart).
 type Fault struct {
@@ -170,6 +189,9 @@ type Fault struct {
 	// apiserver-kill9 and etcd-restart the revision once the apiserver
 	// served again (its new watch cache starts at or before it). 0: none.
 	Rev int64 `json:"rev,omitempty"`
+	// Source is the source a config-changed or resync-requested fault is
+	// about.
+	Source string `json:"source,omitempty"`
 }
 
 // Fault kinds that explain relists (see relistCauses).
@@ -180,6 +202,12 @@ const (
 	FaultEtcdRestart       = "etcd-restart"
 	FaultBucketDeleted     = "bucket-deleted"
 	FaultCheckpointDeleted = "checkpoint-deleted"
+	// FaultConfigChanged: relayd restarted with another spelling of
+	// Source's filter (its hash changed).
+	FaultConfigChanged = "config-changed"
+	// FaultResyncRequested: `relayd resync` of Source was run (Detail says
+	// whether with --full).
+	FaultResyncRequested = "resync-requested"
 )
 
 // Exit is one exit of a relayd process during the run (the final SIGTERM
@@ -226,6 +254,9 @@ type History struct {
 	// before they were kept).
 	Exits   []Exit   `json:"exits,omitempty"`
 	Samples []Sample `json:"samples,omitempty"`
+	// Checkpoints are the checkpoint ConfigMap's writes (nil in histories
+	// recorded before they were kept).
+	Checkpoints []CheckpointWrite `json:"checkpoints,omitempty"`
 	// SampleAttempts counts the sampler's tries, SampleErrors those that
 	// yielded no sample of some source (a server unavailable, the key
 	// missing, unparsable or at resourceVersion 0), SampleUnavailable

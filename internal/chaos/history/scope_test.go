@@ -117,13 +117,16 @@ func TestFilterScopeFlag(t *testing.T) {
 	wantOnly(t, Check(&c.h), map[string]int{"scope": 1})
 }
 
-// scopeGap: relayd is away (a 410 relist) while a leaves scope and is
-// modified out of it, b enters it, d leaves and comes back, e stays out;
+// scopeGap: f enters scope (watched); then relayd is away (a 410 relist)
+// while a leaves scope and is modified out of it, b enters it, d leaves
+// and comes back, e stays out;
 // the relist publishes a's scope-left delete at its listed version
 // (unless noLeft), b as an added (no relaydscope: a relist cannot tell
 // an object that entered from one created in the gap) and d's new state.
 func scopeGap(noLeft bool) *syn {
 	s := filtering()
+	s.tier("create", "f", "")
+	s.scoped(s.tier("update", "f", "gold"), Added, ScopeEntered, "watch")
 	s.scoped(s.tier("create", "a", "gold"), Added, "", "watch")
 	s.tier("create", "b", "silver")
 	s.scoped(s.tier("create", "d", "gold"), Added, "", "watch")
@@ -161,4 +164,28 @@ func TestFilterGapReportsScopeChanges(t *testing.T) {
 	if !strings.Contains(r.Failures[0].Detail, "out of the filter's scope at the resync's toResourceVersion") {
 		t.Errorf("finding %s", r.Failures[0])
 	}
+}
+
+// A config-changed relist flags the objects it adds (in the new scope, not
+// published before) entered; another relist flags none.
+func TestConfigChangedRelistFlagsEntered(t *testing.T) {
+	run := func(reason, fault, scope string) *syn {
+		s := filtering()
+		s.tier("create", "b", "")
+		s.scoped(s.tier("update", "b", "gold"), Added, ScopeEntered, "watch")
+		s.scoped(s.tier("update", "b", "silver"), Deleted, ScopeLeft, "watch")
+		from := s.rv
+		a := s.tier("create", "a", "gold") // while relayd was down
+		s.fault(fault, from+2)
+		s.h.Faults[0].Source = "cms"
+		s.marker("sync.started", reason, 2, from, s.rv)
+		s.scoped(a, Added, scope, "resync")
+		s.marker("sync.completed", reason, 2, from, s.rv)
+		s.final()
+		return s
+	}
+	wantOnly(t, Check(&run("config-changed", FaultConfigChanged, ScopeEntered).h), map[string]int{})
+	wantOnly(t, Check(&run("config-changed", FaultConfigChanged, "").h), map[string]int{"scope": 1})
+	wantOnly(t, Check(&run("expired", FaultEtcdCompact, "").h), map[string]int{})
+	wantOnly(t, Check(&run("expired", FaultEtcdCompact, ScopeEntered).h), map[string]int{"scope": 1})
 }

@@ -94,7 +94,7 @@ func TestShapingContent(t *testing.T) {
 	s.h.Stream[0].Content.Marker = true
 	wantOnly(t, Check(&s.h), map[string]int{"shaping": 1})
 	s.h.Stream[0].Content = nil
-	wantOnly(t, Check(&s.h), map[string]int{"shaping": 1}) // not probed
+	wantOnly(t, Check(&s.h), map[string]int{"shaping": 1, "evidence": 1}) // not probed: no message of the source was
 
 	s.h.Shaping = map[string]Shaping{"cms": {Payload: "metadata"}}
 	s.h.Stream[0].Content = &Content{Payload: "metadata", Members: []string{"apiVersion", "kind", "metadata"}}

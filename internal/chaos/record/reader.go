@@ -93,11 +93,12 @@ func Decode(seq uint64, header map[string][]string, data []byte) (history.Event,
 			Reason string `json:"reason"`
 			From   string `json:"fromResourceVersion"`
 			To     string `json:"toResourceVersion"`
+			Full   bool   `json:"full"`
 		}
 		if err := json.Unmarshal(env.Data, &d); err != nil {
 			return e, fmt.Errorf("sync marker data: %w", err)
 		}
-		e.Reason = d.Reason
+		e.Reason, e.Full = d.Reason, d.Full
 		if e.From, err = history.ParseRV(d.From); err != nil {
 			return e, err
 		}

@@ -9,12 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -33,6 +36,11 @@ type Prefix struct {
 	// Labels: record each version's labels (Change.Labels; not deletes'),
 	// for a source with a filter the checker evaluates on them.
 	Labels bool
+	// Checkpoint, if set, makes Key relayd's checkpoint ConfigMap (its
+	// whole key): its writes are recorded as history.CheckpointWrite, one
+	// per source, not as changes. It maps the ConfigMap's data keys to
+	// sources.
+	Checkpoint map[string]string
 }
 
 // Reference is the reference history: a watch of etcd itself (through its
@@ -53,11 +61,12 @@ type Reference struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
-	mu         sync.Mutex
-	changes    []history.Change
-	next       int64 // revision to watch from when the watch is made again
-	reconnects int
-	err        error
+	mu          sync.Mutex
+	changes     []history.Change
+	checkpoints []history.CheckpointWrite
+	next        int64 // revision to watch from when the watch is made again
+	reconnects  int
+	err         error
 }
 
 // ReconnectTimeout bounds how long the reference tries to watch etcd again
@@ -240,6 +249,14 @@ func (r *Reference) line(b []byte, first bool) error {
 		if p == nil {
 			continue
 		}
+		if p.Checkpoint != nil {
+			if key == p.Key && ev.Type != "DELETE" {
+				if err := r.checkpoint(p, ev.KV.ModRev, ev.KV.Value); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		// /registry/<resource path>/<namespace>/<name> (namespaced kinds only)
 		parts := strings.Split(key, "/")
 		ns, name := parts[len(parts)-2], parts[len(parts)-1]
@@ -279,6 +296,45 @@ func (r *Reference) line(b []byte, first bool) error {
 		r.mu.Unlock()
 	}
 	return nil
+}
+
+// checkpoint records a write of the checkpoint ConfigMap: for every
+// source, the resourceVersion its key holds (0: the key is missing or
+// holds none), as of the write's revision, seen now.
+func (r *Reference) checkpoint(p *Prefix, modRev string, value []byte) error {
+	seen := time.Now()
+	rev, err := strconv.ParseInt(modRev, 10, 64)
+	if err != nil {
+		return fmt.Errorf("reference: checkpoint %s: mod_revision %q", p.Key, modRev)
+	}
+	obj, _, err := protoCodec.Decode(value, nil, nil)
+	if err != nil {
+		return fmt.Errorf("reference: checkpoint %s at %d: %w", p.Key, rev, err)
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return fmt.Errorf("reference: checkpoint %s at %d is a %T, not a ConfigMap", p.Key, rev, obj)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range slices.Sorted(maps.Keys(p.Checkpoint)) {
+		w := history.CheckpointWrite{Rev: rev, Seen: seen, Source: p.Checkpoint[k]}
+		var c struct {
+			ResourceVersion string `json:"resourceVersion"`
+		}
+		if v, ok := cm.Data[k]; ok && json.Unmarshal([]byte(v), &c) == nil {
+			w.CheckpointRV, _ = history.ParseRV(c.ResourceVersion)
+		}
+		r.checkpoints = append(r.checkpoints, w)
+	}
+	return nil
+}
+
+// Checkpoints returns the checkpoint writes seen so far (Prefix.Checkpoint).
+func (r *Reference) Checkpoints() []history.CheckpointWrite {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]history.CheckpointWrite(nil), r.checkpoints...)
 }
 
 var (

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -101,8 +102,9 @@ type Writer struct {
 	o   WriterOptions
 	dyn dynamic.Interface
 
-	mu     sync.Mutex
-	writes []history.Write
+	mu      sync.Mutex
+	writes  []history.Write
+	ackedBy map[string]int // source -> acknowledged writes
 }
 
 // NewWriter returns a writer using dyn.
@@ -140,6 +142,12 @@ func (w *Writer) Run(ctx context.Context) {
 		pause := w.o.Pace
 		if w.one(ctx, k, name, st, i, deleteRoll, statusRoll) {
 			acked++
+			w.mu.Lock()
+			if w.ackedBy == nil {
+				w.ackedBy = map[string]int{}
+			}
+			w.ackedBy[k.Source]++
+			w.mu.Unlock()
 		} else {
 			pause += 100 * time.Millisecond
 		}
@@ -151,6 +159,13 @@ func (w *Writer) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// AckedBy is how many writes of each source were acknowledged so far.
+func (w *Writer) AckedBy() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.ackedBy)
 }
 
 // one makes one write and reports whether it was acknowledged.

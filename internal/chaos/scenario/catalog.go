@@ -13,8 +13,9 @@ func quiet(ctx context.Context, r *Run) bool {
 
 // Catalog is every scenario: the ones below, then the JetStream cluster
 // ones (cluster.go), then those deleting relayd's recovery state
-// (recovery.go).
-var Catalog = append(append([]Scenario{
+// (recovery.go), then those changing the config and requesting resyncs
+// (relists.go).
+var Catalog = append(append(append([]Scenario{
 	{
 		Name: "kill9-random", MinFaults: 3,
 		Faults: func(ctx context.Context, r *Run) {
@@ -42,10 +43,12 @@ var Catalog = append(append([]Scenario{
 	{
 		// A restart takes ~17s here (graceful stop of kube-apiserver, then
 		// start); with the watch cache on, relayd's resume gets 410.
+		// After each restart the apiserver serves for 2–5 s more than the
+		// usual quiet period, so that writes get through between restarts.
 		Name: "apiserver-restart", RestartsServers: true, MinFaults: 2, MinWriteFor: 25 * time.Second,
 		Faults: func(ctx context.Context, r *Run) {
 			for quiet(ctx, r) {
-				if r.RestartAPIServer(ctx, false) != nil {
+				if r.RestartAPIServer(ctx, false) != nil || !Sleep(ctx, r.Between(2*time.Second, 5*time.Second)) {
 					return
 				}
 			}
@@ -60,7 +63,7 @@ var Catalog = append(append([]Scenario{
 		Name: "apiserver-kill9", RestartsServers: true, MinFaults: 2, MinWriteFor: 25 * time.Second,
 		Faults: func(ctx context.Context, r *Run) {
 			for quiet(ctx, r) {
-				if r.RestartAPIServer(ctx, true) != nil {
+				if r.RestartAPIServer(ctx, true) != nil || !Sleep(ctx, r.Between(2*time.Second, 5*time.Second)) {
 					return
 				}
 			}
@@ -182,7 +185,7 @@ var Catalog = append(append([]Scenario{
 			}
 		},
 	},
-}, clusterScenarios...), recoveryScenarios...)
+}, clusterScenarios...), recoveryScenarios...), relistScenarios...)
 
 // proxyTarget is the part of faultproxy.Proxy the drivers use.
 type proxyTarget interface {

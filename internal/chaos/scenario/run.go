@@ -146,6 +146,7 @@ type Run struct {
 	natsDown bool
 
 	rec recoveryState // recovery.go
+	cfg configState   // relists.go
 }
 
 // Fault records an injected fault, now.
@@ -357,6 +358,14 @@ sources:
     namespaces: [{{.NS}}]
 {{.Shaped}}`
 
+// minWritesPerSource and minScopedWrites: the writing phase goes on
+// (within its stretch) until every source, and the filtered one, has that
+// many acknowledged writes.
+const (
+	minWritesPerSource = 10
+	minScopedWrites    = 20
+)
+
 var runSeq atomic.Int64 // scenarios run concurrently (test/chaos lanes)
 
 // Execute runs scenario s with params p.
@@ -463,7 +472,9 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	ref, err := record.StartReference(ctx, k8s.EtcdEndpoint(), rev, append([]record.Prefix{
 		{Key: "/registry/configmaps/" + ns + "/", Source: "cms"},
 		{Key: "/registry/example.com/widgets/" + ns + "/", Source: "widgets"},
-	}, sh.prefixes...))
+	}, append(sh.prefixes,
+		// Every write of the checkpoint (history.CheckpointWrite).
+		record.Prefix{Key: "/registry/configmaps/" + cpNS + "/cp", Checkpoint: sh.cpKeysWith(map[string]string{"cms." + ns: "cms", "widgets." + ns: "widgets"})})...))
 	if err != nil {
 		res.Err = err
 		return res
@@ -507,6 +518,10 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.Err = err
 		return res
 	}
+	r.cfg = configState{path: conf, text: b.String()}
+	if p.Filter {
+		r.cfg.filter = scopeFilter
+	}
 	r.proc = &proc{bin: e.RelaydBin, conf: conf, kc: kc, log: filepath.Join(dir, "relayd.log"), rng: rand.New(rand.NewPCG(p.Seed, 11))}
 	if err := r.proc.start(); err != nil {
 		res.Err = err
@@ -548,14 +563,37 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 	// below.
 	const maxStretch = 4
 	phaseStart := time.Now()
+	// So does it until every source has minWritesPerSource acknowledged
+	// writes (the filtered one minScopedWrites) and objects entered and
+	// left the filtered source's scope (in the reference): a run whose faults kept the apiserver down most of
+	// the time would otherwise check next to nothing (check evidence).
+	var writer *record.Writer
 	done := func(acked int) bool {
 		if acked < maxWrites && time.Since(phaseStart) < writeFor {
 			return false
 		}
+		by := writer.AckedBy()
+		for _, k := range kinds {
+			want := minWritesPerSource
+			if _, ok := sh.filters[k.Source]; ok {
+				want = minScopedWrites
+			}
+			if by[k.Source] < want {
+				return false
+			}
+		}
+		if len(sh.filters) > 0 {
+			changes, _ := ref.Changes()
+			for src, f := range sh.filters {
+				if entered, left := scopeMoves(changes, src, f); entered == 0 || left == 0 {
+					return false
+				}
+			}
+		}
 		_, crashes := r.proc.counts()
 		return r.injected()+crashes >= s.MinFaults
 	}
-	writer := record.NewWriter(dyn, record.WriterOptions{Seed: p.Seed, Namespace: ns, Kinds: kinds, Objects: p.Objects,
+	writer = record.NewWriter(dyn, record.WriterOptions{Seed: p.Seed, Namespace: ns, Kinds: kinds, Objects: p.Objects,
 		MaxWrites: maxWrites * maxStretch, Duration: writeFor * maxStretch, Pace: p.Pace, Done: done})
 	wctx, wcancel := context.WithCancel(ctx)
 	fdone := make(chan struct{})
@@ -612,6 +650,7 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 			return rerr
 		}
 		h.Reference = changes
+		h.Checkpoints = ref.Checkpoints()
 		h.Writes = writer.Writes()
 		if h.Stream, h.DuplicateWindow, err = record.ReadStreamShaped(cctx, js, stream, sh.shaping); err != nil {
 			return err
@@ -686,6 +725,26 @@ func Execute(ctx context.Context, e *Env, s Scenario, p Params) (res Result) {
 		res.RelaydLogDir = dir
 	}
 	return res
+}
+
+// scopeMoves counts src's changes in changes (the reference, in order)
+// that made an object enter and leave filter f's scope.
+func scopeMoves(changes []history.Change, src string, f history.Filter) (entered, left int) {
+	in := map[string]bool{}
+	for _, ch := range changes {
+		if ch.Source != src {
+			continue
+		}
+		now := ch.Type != history.Deleted && f.Matches(ch.Labels)
+		switch {
+		case ch.Type == history.Modified && !in[ch.UID] && now:
+			entered++
+		case ch.Type == history.Modified && in[ch.UID] && !now:
+			left++
+		}
+		in[ch.UID] = now
+	}
+	return entered, left
 }
 
 // injected counts the faults injected so far (not the errors injecting
