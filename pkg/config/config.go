@@ -564,34 +564,7 @@ func AllEventTypes() []EventType {
 func (c *Config) ApplyDefaults() {
 	setString(&c.Prefix, DefaultPrefix)
 
-	n := &c.NATS
-	setString(&n.Name, DefaultNATSName)
-	setDuration(&n.PublishTimeout, DefaultPublishTimeout)
-	setInt(&n.MaxInFlight, DefaultMaxInFlight)
-	setInt(&n.MaxInFlightBytes, DefaultMaxInFlightBytes)
-	setInt(&n.MaxInFlightBytesPerWatch, DefaultMaxInFlightBytesPerWatch)
-	s := &n.Stream
-	setDuration(&s.DuplicateWindow, DefaultDuplicateWindow)
-	setInt(&s.Replicas, DefaultReplicas)
-	if s.Storage == "" {
-		s.Storage = DefaultStorage
-	}
-	setDuration(&s.MaxAge, DefaultMaxAge)
-	if s.MaxBytes == 0 {
-		s.MaxBytes = DefaultMaxBytes
-	}
-	ix := &n.Index
-	if ix.Bucket == "" && isToken(c.Cluster) { // an invalid cluster is reported once, as cluster
-		ix.Bucket = DefaultIndexBucketPrefix + c.Cluster
-	}
-	if ix.Create == nil {
-		t := true
-		ix.Create = &t
-	}
-	setInt(&ix.Replicas, DefaultReplicas)
-	if ix.Storage == "" {
-		ix.Storage = DefaultStorage
-	}
+	c.NATS.applyDefaults(c.Cluster)
 
 	if c.CloudEvents.Mode == "" {
 		c.CloudEvents.Mode = DefaultMode
@@ -644,6 +617,38 @@ func (c *Config) ApplyDefaults() {
 		if src.Initial == "" {
 			src.Initial = DefaultInitial
 		}
+	}
+}
+
+// applyDefaults sets the unset fields of the nats block; cluster names
+// the default index bucket.
+func (n *NATS) applyDefaults(cluster string) {
+	setString(&n.Name, DefaultNATSName)
+	setDuration(&n.PublishTimeout, DefaultPublishTimeout)
+	setInt(&n.MaxInFlight, DefaultMaxInFlight)
+	setInt(&n.MaxInFlightBytes, DefaultMaxInFlightBytes)
+	setInt(&n.MaxInFlightBytesPerWatch, DefaultMaxInFlightBytesPerWatch)
+	s := &n.Stream
+	setDuration(&s.DuplicateWindow, DefaultDuplicateWindow)
+	setInt(&s.Replicas, DefaultReplicas)
+	if s.Storage == "" {
+		s.Storage = DefaultStorage
+	}
+	setDuration(&s.MaxAge, DefaultMaxAge)
+	if s.MaxBytes == 0 {
+		s.MaxBytes = DefaultMaxBytes
+	}
+	ix := &n.Index
+	if ix.Bucket == "" && isToken(cluster) { // an invalid cluster is reported once, as cluster
+		ix.Bucket = DefaultIndexBucketPrefix + cluster
+	}
+	if ix.Create == nil {
+		t := true
+		ix.Create = &t
+	}
+	setInt(&ix.Replicas, DefaultReplicas)
+	if ix.Storage == "" {
+		ix.Storage = DefaultStorage
 	}
 }
 

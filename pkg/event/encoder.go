@@ -553,7 +553,32 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 	b = strconv.AppendUint(b, c.Epoch, 10)
 	b = append(b, `,"relaydpayload":"`...)
 	b = append(b, mode...)
-	b = append(b, '"')
+	b = appendStructuredFlags(append(b, '"'), ev, oversize, bare)
+	if !bare {
+		b = append(b, `,"data":`...)
+		b = append(b, data...)
+	}
+	b = append(b, '}')
+
+	vals := []string{ContentTypeCloudEvents, ev.msgID}
+	buf.b = b
+	return Message{
+		Subject: ev.subject,
+		MsgID:   ev.msgID,
+		Header: map[string][]string{
+			HeaderContentType: vals[0:1:1],
+			HeaderMsgID:       vals[1:2:2],
+		},
+		Data: b,
+		body: buf,
+	}
+}
+
+// appendStructuredFlags appends the structured event's relayd extensions
+// that only some events carry: oversize, unencodable, final state
+// unknown, dropped, changed, scope and truncated.
+func appendStructuredFlags(b []byte, ev *objectEvent, oversize, bare bool) []byte {
+	c := ev.c
 	if oversize {
 		b = append(b, `,"relaydoversize":true`...)
 	}
@@ -579,24 +604,7 @@ func (e *Encoder) buildStructured(ev *objectEvent, data []byte, mode PayloadMode
 		b = append(b, `,"relaydtruncated":"`...)
 		b = append(appendTruncated(b, ev.trunc), '"')
 	}
-	if !bare {
-		b = append(b, `,"data":`...)
-		b = append(b, data...)
-	}
-	b = append(b, '}')
-
-	vals := []string{ContentTypeCloudEvents, ev.msgID}
-	buf.b = b
-	return Message{
-		Subject: ev.subject,
-		MsgID:   ev.msgID,
-		Header: map[string][]string{
-			HeaderContentType: vals[0:1:1],
-			HeaderMsgID:       vals[1:2:2],
-		},
-		Data: b,
-		body: buf,
-	}
+	return b
 }
 
 // dropLen is the length of the relayddropped member of c.Dropped, for

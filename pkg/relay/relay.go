@@ -21,7 +21,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -65,11 +64,9 @@ type Options struct {
 	// Identity names this replica in the sharding Leases (sharding.enabled);
 	// default: the host name. cmd/relayd passes $POD_NAME.
 	Identity string
-	// IndexCheck, if set, builds the relist hook that compares the object
-	// index with a consistent LIST after every relist, stopping Run (fail)
-	// on any difference: internal/indexcheck's NewHook, which the tests
-	// and test builds of cmd/relayd (-tags testbuild) pass. The shipped
-	// binary passes nil and does not contain the check.
+	// IndexCheck, if set, builds the index consistency check run after
+	// every relist (internal/indexcheck's NewHook: the tests and test
+	// builds, -tags testbuild); the shipped binary passes nil.
 	IndexCheck IndexCheckFunc
 	ObjectHook watch.ObjectHook // tests: told of each object inside its handling (watch.ObjectHook)
 }
@@ -125,9 +122,6 @@ type relay struct {
 	bucketOpen chan struct{}
 	fpKey      *event.FingerprintKey // nats.index.fingerprintKeyFile; nil: unkeyed fingerprints
 	failed     chan error            // a fatal error (IndexCheck); Run stops
-	// streamSubjects are the event stream's subjects as keepStream last
-	// found them: no resync answer goes to a subject the stream captures.
-	streamSubjects atomic.Pointer[[]string]
 }
 
 // The conditions of readiness, in the order /readyz reports them; each is
@@ -370,20 +364,11 @@ func (r *relay) eachWatch(f func(heartbeat.Watch)) {
 }
 
 func (r *relay) connectKube() error {
-	cfg := rest.CopyConfig(r.o.RestConfig)
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "relayd"
-	}
-	// client-go's default of 5 requests/s would throttle the discovery of
-	// many watches; the apiserver's priority and fairness protects it.
-	if cfg.QPS == 0 {
-		cfg.QPS, cfg.Burst = 50, 100
-	}
-	httpc, err := rest.HTTPClientFor(cfg)
+	cfg, httpc, watches, err := source.Connect(r.o.RestConfig)
 	if err != nil {
-		return fmt.Errorf("relay: kubernetes client: %w", err)
+		return fmt.Errorf("relay: %w", err)
 	}
-	r.httpc = &http.Client{Transport: source.LimitOpening(httpc.Transport, source.DefaultOpening), Timeout: httpc.Timeout}
+	r.httpc = watches
 	cs, err := kubernetes.NewForConfigAndClient(cfg, httpc)
 	if err != nil {
 		return fmt.Errorf("relay: kubernetes client: %w", err)
@@ -454,13 +439,7 @@ func (r *relay) connectJetStream() error {
 		// subjects (events, control) nor on "$" ones (pkg/resync, ReplyPolicy).
 		Replies: resync.ReplyPolicy{
 			Inboxes: r.cfg.Resync.RequesterInboxPrefixes, Never: []string{r.cfg.Prefix, r.cfg.Prefix + "-ctl"},
-			Captured: func() []string {
-				if p := r.streamSubjects.Load(); p != nil {
-					return *p
-				}
-				return nil
-			},
-		},
+		}, // and never on the event stream's subjects (keepStream: SetStreamSubjects)
 		MinFullInterval: r.cfg.Resync.MinFullInterval.Duration(),
 		Metrics:         r.m.Resync,
 	})
@@ -485,9 +464,7 @@ func (r *relay) keepStream(ctx context.Context) {
 		MaxAge: s.MaxAge.Duration(), MaxBytes: int64(s.MaxBytes),
 	}
 	stream.Keep(ctx, r.js, want, r.log, func(reason string, subjects []string) {
-		if subjects != nil {
-			r.streamSubjects.Store(&subjects)
-		}
+		r.ctl.SetStreamSubjects(subjects)
 		r.ready.Set(condStream, prefixed("stream not usable: ", reason))
 		r.m.StreamUsable.Set(b2f(reason == ""))
 	})

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -73,6 +74,8 @@ type Server struct {
 	// completed, whichever is later.
 	lastFull map[string]time.Time
 	refused  refusals
+	// captured are the event stream's subjects (SetStreamSubjects).
+	captured atomic.Pointer[[]string]
 }
 
 // accepted is a request the server accepted.
@@ -103,7 +106,16 @@ func NewServer(o ServerOptions) *Server {
 	if len(o.Replies.Inboxes) == 0 {
 		o.Replies.Inboxes = []string{DefaultInboxPrefix}
 	}
-	return &Server{o: o, seen: map[string][]*accepted{}, subs: map[string]*nats.Subscription{}, lastFull: map[string]time.Time{}}
+	s := &Server{o: o, seen: map[string][]*accepted{}, subs: map[string]*nats.Subscription{}, lastFull: map[string]time.Time{}}
+	if s.o.Replies.Captured == nil {
+		s.o.Replies.Captured = func() []string {
+			if p := s.captured.Load(); p != nil {
+				return *p
+			}
+			return nil
+		}
+	}
+	return s
 }
 
 // Serve answers the requests for source, whose watches are ts, until Stop
@@ -132,6 +144,16 @@ func (s *Server) Serve(source string, ts []Target) {
 	s.mu.Lock()
 	s.subs[source] = sub
 	s.mu.Unlock()
+}
+
+// SetStreamSubjects records the event stream's subjects as last found
+// (stream.Keep): no answer goes to a subject they capture. Without
+// ServerOptions.Replies.Captured, these are the ones checked. A nil
+// Server ignores it.
+func (s *Server) SetStreamSubjects(subjects []string) {
+	if s != nil && subjects != nil {
+		s.captured.Store(&subjects)
+	}
 }
 
 // Stop stops answering the requests for source.

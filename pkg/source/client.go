@@ -18,6 +18,28 @@ type Clients struct {
 	HTTP   *http.Client
 }
 
+// Connect prepares relayd's apiserver access from rc: a copy with relayd's
+// user agent and a client-side rate limit of 50 requests/s (client-go's
+// default of 5 would throttle the discovery of many watches; the
+// apiserver's priority and fairness protects it), the HTTP client the
+// API clients share, and the watches' client over the same transport,
+// whose opening of requests is limited (LimitOpening).
+func Connect(rc *rest.Config) (cfg *rest.Config, shared, watches *http.Client, err error) {
+	cfg = rest.CopyConfig(rc)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "relayd"
+	}
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 100
+	}
+	shared, err = rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	watches = &http.Client{Transport: LimitOpening(shared.Transport, DefaultOpening), Timeout: shared.Timeout}
+	return cfg, shared, watches, nil
+}
+
 // RESTClient returns a JSON REST client for res's group/version.
 func (c Clients) RESTClient(res event.Resource) (rest.Interface, error) {
 	cfg := rest.CopyConfig(c.Config)
