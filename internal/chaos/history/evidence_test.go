@@ -149,3 +149,29 @@ func TestUnencodableObjectsAreFlagged(t *testing.T) {
 		t.Errorf("no flagged event: %v\n%s", got, r.Summary())
 	}
 }
+
+// A filtered source whose objects entered and left scope only inside gaps
+// has nothing on the stream: that is no lack, unless an object is in its
+// scope at the end (a consumer's view holds it only through an event).
+func TestFilteredSourceWithoutEventsNeedsNoneInScopeAtTheEnd(t *testing.T) {
+	s := filtering()
+	s.tier("create", "a", "")
+	s.tier("update", "a", "gold")
+	s.tier("update", "a", "")
+	s.final()
+	// (The synthetic run has no relists, so its changes count as lost and
+	// its stream as empty: only the rule under test is looked at.)
+	if r := Check(&s.h); strings.Contains(r.Summary(), "no object event of the source") {
+		t.Errorf("entered and left inside gaps, out of scope at the end: wanted no event:\n%s", r.Summary())
+	}
+
+	s = filtering()
+	s.tier("create", "a", "")
+	s.tier("update", "a", "gold")
+	s.tier("update", "a", "")
+	s.tier("update", "a", "gold")
+	s.final()
+	if r := Check(&s.h); !strings.Contains(r.Summary(), "no object event of the source on the stream") {
+		t.Errorf("in scope at the end, no event: the findings do not say so:\n%s", r.Summary())
+	}
+}
