@@ -414,6 +414,42 @@ func (m *jsonMap) first() int {
 	return -1
 }
 
+// fromParse fills the object's mem (m is the root, m.data its bytes from
+// offset at in obj.Raw) with the members obj's parse found: the
+// evaluation then skips none of them to find another. Each is charged as
+// a member visited. Past event.MaxTopMembers the scan goes on from the
+// next member's key, as after a forward scan of the first ones.
+func (m *jsonMap) fromParse(obj *event.Object, at int) error {
+	n, next := obj.TopMembers()
+	data := m.data
+	if n == 0 || n > cap(m.mem) {
+		return nil
+	}
+	mem := m.mem[:0]
+	for j := range n {
+		k, vend := obj.TopMember(j)
+		k, vend = k-at, vend-at
+		if k <= 0 || vend > len(data) || k >= vend || data[k] != '"' {
+			return nil // not the parse of these bytes: scan them instead
+		}
+		e, err := m.scanHead(k)
+		if err != nil {
+			return err
+		}
+		e.vend = vend
+		mem = append(mem, e)
+	}
+	m.mem = mem
+	if next == 0 {
+		m.next, m.done = -1, true
+	} else if next -= at; next > 0 && next < len(data) && data[next] == '"' {
+		m.next = next
+	} else {
+		m.mem, m.next = m.mem[:0], 0
+	}
+	return nil
+}
+
 // scan reads the member at i; next is the offset of the following one, or
 // -1 after the last.
 func (m *jsonMap) scan(i int) (e member, next int, err error) {
@@ -656,13 +692,24 @@ func (m *jsonMap) find(key string) (ref.Val, error) {
 	if !m.b.charge(int64(len(m.mem)) * costByte * 4) {
 		return nil, errBudget
 	}
+	if m.root && m.b.valid && key != "metadata" && key != "apiVersion" && key != "kind" {
+		// The last occurrence: from the end, then back through mem.
+		if !m.done {
+			if v, err := m.findBack(key); v != nil || err != nil {
+				return v, err
+			}
+		}
+		for j := len(m.mem) - 1; j >= 0; j-- {
+			if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
+				return m.value(j, e), nil
+			}
+		}
+		return nil, nil
+	}
 	for j := range m.mem {
 		if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
 			return m.value(j, e), nil
 		}
-	}
-	if m.root && m.b.valid && !m.done && key != "metadata" && key != "apiVersion" && key != "kind" {
-		return m.findBack(key)
 	}
 	if err := m.resolveOpen(); err != nil {
 		return nil, err
