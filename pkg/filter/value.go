@@ -1101,27 +1101,79 @@ type listIter struct {
 	iterBase
 	l *jsonList
 	i int
+	// open is the element Next returned last when it is a map or list
+	// of a validated list, returned without skipping it (an open span,
+	// as jsonMap.openValue): the next element starts after it, found
+	// only when the loop goes on (exists stops at the first match
+	// without reading past it).
+	open ref.Val
 }
 
 // HasNext ends the loop early when the budget is spent (Match then
 // returns an error, whatever the loop yielded).
 func (it *listIter) HasNext() ref.Val {
+	if it.open != nil && !it.settle() {
+		return types.False
+	}
 	data := it.l.data
 	return types.Bool(it.i < len(data) && data[it.i] != ']' && it.l.b.charge(costVisit))
 }
 
+// settle moves it.i past the open element: its end is known when its
+// span was cut (trim), else it is skipped. false when that fails (only on
+// the budget: the list was validated).
+func (it *listIter) settle() bool {
+	data := it.l.data
+	var span *span
+	switch x := it.open.(type) {
+	case *jsonMap:
+		span = &x.span
+	case *jsonList:
+		span = &x.span
+	}
+	it.open = nil
+	end := it.i + len(span.data)
+	if span.open {
+		var err error
+		if end, err = it.l.skipElement(it.i); err != nil {
+			it.i = len(data)
+			it.l.b.charge(max(it.l.b.left, 0) + 1) // the evaluation fails on it
+			return false
+		}
+	}
+	it.next(end)
+	return true
+}
+
+// next moves it.i to the element after the one ending at end.
+func (it *listIter) next(end int) {
+	data := it.l.data
+	it.i = skipWS(data, end)
+	if it.i < len(data) && data[it.i] == ',' {
+		it.i = skipWS(data, it.i+1)
+	}
+}
+
 func (it *listIter) Next() ref.Val {
 	data := it.l.data
+	if (it.l.ok || it.l.b.valid) && isContainer(data[it.i]) {
+		v := valueAt(it.l.b, data, it.i, len(data)-1, true)
+		switch x := v.(type) {
+		case *jsonMap:
+			x.open = true
+		case *jsonList:
+			x.open = true
+		}
+		it.open = v
+		return v
+	}
 	end, err := it.l.skipElement(it.i)
 	if err != nil {
 		it.i = len(data) // the loop ends on the error
 		return types.WrapErr(err)
 	}
 	v := valueAt(it.l.b, data, it.i, end, true)
-	it.i = skipWS(data, end)
-	if it.i < len(data) && data[it.i] == ',' {
-		it.i = skipWS(data, it.i+1)
-	}
+	it.next(end)
 	return v
 }
 
