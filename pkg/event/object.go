@@ -2,6 +2,7 @@ package event
 
 import (
 	"errors"
+	"math"
 	"strings"
 )
 
@@ -43,7 +44,21 @@ type Object struct {
 	// sh is the Shaping the object was parsed with (nil for none); its
 	// drop paths are what member.drop indexes.
 	sh *Shaping
+	// top holds the object's first topN members as the parse found them
+	// (Object.TopMembers); topNext is the key of the member after them (0:
+	// none). topN == 0: not recorded.
+	top     [MaxTopMembers]topSpan
+	topN    int32
+	topNext int32
 }
+
+// MaxTopMembers is how many of an object's own members the parse records
+// for Object.TopMembers.
+const MaxTopMembers = 8
+
+// topSpan is one member of the object: its key's opening quote and the
+// offset just past its value.
+type topSpan struct{ key, end int32 }
 
 // member is the position of one selected object member in Raw.
 type member struct {
@@ -170,6 +185,7 @@ type walker struct {
 	o     *Object
 	spans [numFields]strSpan
 	seen  uint16 // bit per key (f*, keyManagedFields, keyMetadata)
+	top   bool   // record the object's members (offsets fit in int32)
 }
 
 // parseObject parses the object starting at data[i] == '{', at nesting depth
@@ -181,7 +197,7 @@ func parseObject(data []byte, i, depth int, s *Shaping) (o Object, end int, err 
 		root = s.root
 	}
 	o.sh = s
-	w := walker{data: data, o: &o}
+	w := walker{data: data, o: &o, top: len(data) <= math.MaxInt32}
 	o.start = i
 	if end, err = w.object(i, depth, root, levelTop); err != nil {
 		return o, 0, err
@@ -271,6 +287,9 @@ func (w *walker) members(i, depth int, n *node, level int) (int, error) {
 		}
 		if open != noMember {
 			w.member(open).val = i
+		}
+		if level == levelTop && w.top {
+			w.topMember(keyStart, i)
 		}
 		prevEnd = i
 		i = skipWS(data, i)
@@ -430,6 +449,38 @@ func (w *walker) open(c *node, keyStart, prevEnd int) int {
 
 func (w *walker) member(h int) *member { return w.o.at(h) }
 
+// topMember records the object's member whose key starts at key and whose
+// value ends at end.
+func (w *walker) topMember(key, end int) {
+	o := w.o
+	if o.topN < MaxTopMembers {
+		o.top[o.topN] = topSpan{int32(key), int32(end)}
+		o.topN++
+	} else if o.topNext == 0 {
+		o.topNext = int32(key)
+	}
+}
+
+// TopMembers returns the object's own members as the parse found them,
+// for readers of Raw that would otherwise skip members to find one
+// (pkg/filter): the first n of them (at most MaxTopMembers), each from
+// its key's opening quote to just past its value (TopMember), and the
+// offset in Raw of the next member's key, or 0 when there is none. An
+// Object not produced by a parse has n == 0.
+func (o *Object) TopMembers() (n, next int) {
+	if !o.parsed() {
+		return 0, 0
+	}
+	return int(o.topN), int(o.topNext)
+}
+
+// TopMember returns member j (< n of TopMembers): the offsets in Raw of
+// its key's opening quote and of the byte just past its value.
+func (o *Object) TopMember(j int) (key, end int) {
+	t := o.top[j]
+	return int(t.key), int(t.end)
+}
+
 // parseStringField reads the value at data[i] of one of the identifying
 // fields: a string (recorded in sp) or null (left empty).
 func parseStringField(data []byte, i int, sp *strSpan, name string) (int, error) {
@@ -526,6 +577,13 @@ func (o *Object) shift(d int) {
 	}
 	for k := range min(int(o.mfN), maxMFEntries) {
 		o.mf[k].shift(d)
+	}
+	for k := range o.topN {
+		o.top[k].key += int32(d)
+		o.top[k].end += int32(d)
+	}
+	if o.topNext != 0 {
+		o.topNext += int32(d)
 	}
 }
 

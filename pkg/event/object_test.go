@@ -3,6 +3,8 @@ package event
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -432,5 +434,57 @@ func TestResourceAPIVersion(t *testing.T) {
 	}
 	if got := (Resource{Group: "apps", Version: "v1"}).APIVersion(); got != "apps/v1" {
 		t.Errorf("apps: %q", got)
+	}
+}
+
+// TestTopMembers checks the spans of the object's own members that the
+// parse records (for pkg/filter), in ParseObject and ParseWatchEvent, and
+// past MaxTopMembers the key of the next one.
+func TestTopMembers(t *testing.T) {
+	members := func(o *Object) (got []string, next string) {
+		n, nx := o.TopMembers()
+		for j := range n {
+			k, end := o.TopMember(j)
+			got = append(got, string(o.Raw[k:end]))
+		}
+		if nx != 0 {
+			next = string(o.Raw[nx : nx+4])
+		}
+		return got, next
+	}
+	raw := ` { "kind" : "Pod", "metadata":{"name":"a","labels":{"x":"y"}},"spec": {"c":[1,{"d":"}"}]} , "status":null } `
+	want := []string{`"kind" : "Pod"`, `"metadata":{"name":"a","labels":{"x":"y"}}`, `"spec": {"c":[1,{"d":"}"}]}`, `"status":null`}
+	o, err := ParseObject([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, next := members(&o); !slices.Equal(got, want) || next != "" {
+		t.Errorf("ParseObject: %q, next %q; want %q", got, next, want)
+	}
+	_, o, err = ParseWatchEvent([]byte(`{"type":"ADDED", "object":` + raw + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, next := members(&o); !slices.Equal(got, want) || next != "" {
+		t.Errorf("ParseWatchEvent: %q, next %q; want %q", got, next, want)
+	}
+
+	var b strings.Builder
+	b.WriteString(`{"metadata":{}`)
+	for k := range 10 {
+		fmt.Fprintf(&b, `,"m%d":%d`, k, k)
+	}
+	b.WriteString("}")
+	o, err = ParseObject([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, next := members(&o)
+	if len(got) != MaxTopMembers || got[0] != `"metadata":{}` || got[MaxTopMembers-1] != `"m6":6` || next != `"m7"` {
+		t.Errorf("11 members: %q, next %q", got, next)
+	}
+
+	if n, next := (&Object{Raw: []byte(raw)}).TopMembers(); n != 0 || next != 0 {
+		t.Errorf("an Object not from a parse: %d members, next %d", n, next)
 	}
 }

@@ -144,3 +144,37 @@ func TestSkipContainer(t *testing.T) {
 		}
 	}
 }
+
+// TestParsedMembersNotSkipped: on the watch's path (MatchParsed) the
+// object's own members are those the parse found, so the work does not
+// grow with the members before the one looked up (1 MB here), as it does
+// on the validated path without them; and a loop over a list of maps
+// that stops at an element reads no element after it (1 MB).
+func TestParsedMembersNotSkipped(t *testing.T) {
+	const mb = 1 << 20
+	big := `"` + strings.Repeat("x", mb) + `"`
+	raw := []byte(`{"metadata":{"name":"m"},"a":1,"big":` + big + `,"spec":{"containers":[{"image":"r/x"},{"image":"r/y","pad":` + big + `}]},"z":true}`)
+	obj, err := event.ParseObject(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		expr    string
+		skipped bool // the validated path without the parse's members skips 1 MB
+	}{
+		{`object.a == 1 && object.z`, true},
+		{`object.spec.containers.exists(c, c.image == 'r/x')`, false},
+	} {
+		f := compileNoClock(t, tc.expr)
+		ok, spent, err := f.eval(raw, true, &obj)
+		if !ok || err != nil {
+			t.Fatalf("%s: %v, %v", tc.expr, ok, err)
+		}
+		if spent > 10_000 {
+			t.Errorf("%s on the parse's members: %d units of work, want at most 10,000", tc.expr, spent)
+		}
+		if _, without, _ := f.match(raw, true); tc.skipped && without < mb {
+			t.Errorf("%s validated, without the parse's members: %d units, expected the skip (test premise)", tc.expr, without)
+		}
+	}
+}

@@ -215,13 +215,19 @@ func (f *Filter) Match(raw []byte) (bool, error) {
 // validated in full by that parse, so the evaluation validates nothing
 // again and skips what it does not read without checking it.
 func (f *Filter) MatchParsed(obj *event.Object) (bool, error) {
-	ok, _, err := f.match(obj.Raw, true)
+	ok, _, err := f.eval(obj.Raw, true, obj)
 	return ok, err
 }
 
 // match evaluates the filter on raw (validated when valid) and returns the
 // work spent too.
 func (f *Filter) match(raw []byte, valid bool) (bool, int64, error) {
+	return f.eval(raw, valid, nil)
+}
+
+// eval is match, on the members of the object that the parse found when
+// obj (the parse's object of raw) is not nil.
+func (f *Filter) eval(raw []byte, valid bool, obj *event.Object) (bool, int64, error) {
 	i := skipWS(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return false, 0, errors.New("the object is not a JSON object")
@@ -240,6 +246,11 @@ func (f *Filter) match(raw []byte, valid bool) (bool, int64, error) {
 	b.maps, b.lists = st.maps[:], st.lists[:]
 	root := &st.root
 	*root = jsonMap{span: span{data: raw[i:end], ok: valid, b: b}, root: true, mem: st.mem[:0], tail: st.tail[:0]}
+	if obj != nil {
+		if err := root.fromParse(obj, i); err != nil {
+			return false, b.spent(), err
+		}
+	}
 	st.act = activation{root, b}
 	out, _, err := f.prg.Eval(&st.act)
 	if b.exceeded {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/relayd/relayd/pkg/event"
 )
 
 func mustCompile(t testing.TB, expr string) *Filter {
@@ -199,6 +201,12 @@ func TestLazyEqualsDecoded(t *testing.T) {
 		filters[i] = mustCompile(t, e)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
+	parsed := 0
+	defer func() {
+		if parsed < 3000 {
+			t.Errorf("only %d objects parsed for MatchParsed", parsed)
+		}
+	}()
 	for n := range 3000 {
 		raw := randomObject(rng, 0)
 		ref, err := decodeJSON(raw)
@@ -215,7 +223,50 @@ func TestLazyEqualsDecoded(t *testing.T) {
 				}
 			}
 		}
+		// MatchParsed on the members the parse found: the object with
+		// a metadata member, and with members before it (past
+		// event.MaxTopMembers, the evaluation scans on from the parse's
+		// last).
+		for _, pad := range []int{0, 3, 6, 9} {
+			praw := withMetadata(raw, pad)
+			obj, err := event.ParseObject(praw)
+			if err != nil {
+				continue
+			}
+			parsed++
+			pref, err := decodeJSON(praw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, f := range filters {
+				want, werr := f.matchValue(pref)
+				got, gerr := f.MatchParsed(&obj)
+				if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && goType.ReplaceAllString(gerr.Error(), "T") != goType.ReplaceAllString(werr.Error(), "T")) {
+					t.Fatalf("%s on %s (parsed): lazy %v, %v; decoded %v, %v", exprs[i], praw, got, gerr, want, werr)
+				}
+			}
+		}
 	}
+}
+
+// withMetadata is the JSON object raw with pad members p0, p1, ... first
+// and a metadata member unless raw has one (then raw may not parse).
+func withMetadata(raw []byte, pad int) []byte {
+	var b strings.Builder
+	b.WriteString("{")
+	for k := range pad {
+		fmt.Fprintf(&b, `"p%d":%d,`, k, k)
+	}
+	inner := strings.TrimSpace(string(raw[1 : len(raw)-1]))
+	if !strings.Contains(inner, `"metadata"`) {
+		b.WriteString(`"metadata":{"name":"m"}`)
+		if inner != "" {
+			b.WriteString(",")
+		}
+	}
+	b.WriteString(inner)
+	b.WriteString("}")
+	return []byte(b.String())
 }
 
 // goType matches the Go type names in cel-go's errors (*types.baseList

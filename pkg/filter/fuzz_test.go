@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"testing"
+
+	"github.com/relayd/relayd/pkg/event"
 )
 
 // fuzzExprs are evaluated on every fuzzed input.
@@ -50,6 +52,12 @@ func FuzzMatch(f *testing.F) {
 			// The validated path (MatchParsed) on valid JSON.
 			if got, _, gerr = flt.match(raw, true); got != want || (gerr == nil) != (werr == nil) {
 				t.Fatalf("%s on %q (valid): lazy %v, %v; decoded %v, %v", fuzzExprs[i], raw, got, gerr, want, werr)
+			}
+			// On the members the parse found, when it takes raw.
+			if obj, err := event.ParseObject(raw); err == nil {
+				if got, gerr = flt.MatchParsed(&obj); got != want || (gerr == nil) != (werr == nil) {
+					t.Fatalf("%s on %q (parsed): lazy %v, %v; decoded %v, %v", fuzzExprs[i], raw, got, gerr, want, werr)
+				}
 			}
 		}
 	})

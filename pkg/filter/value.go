@@ -414,6 +414,42 @@ func (m *jsonMap) first() int {
 	return -1
 }
 
+// fromParse fills the object's mem (m is the root, m.data its bytes from
+// offset at in obj.Raw) with the members obj's parse found: the
+// evaluation then skips none of them to find another. Each is charged as
+// a member visited. Past event.MaxTopMembers the scan goes on from the
+// next member's key, as after a forward scan of the first ones.
+func (m *jsonMap) fromParse(obj *event.Object, at int) error {
+	n, next := obj.TopMembers()
+	data := m.data
+	if n == 0 || n > cap(m.mem) {
+		return nil
+	}
+	mem := m.mem[:0]
+	for j := range n {
+		k, vend := obj.TopMember(j)
+		k, vend = k-at, vend-at
+		if k <= 0 || vend > len(data) || k >= vend || data[k] != '"' {
+			return nil // not the parse of these bytes: scan them instead
+		}
+		e, err := m.scanHead(k)
+		if err != nil {
+			return err
+		}
+		e.vend = vend
+		mem = append(mem, e)
+	}
+	m.mem = mem
+	if next == 0 {
+		m.next, m.done = -1, true
+	} else if next -= at; next > 0 && next < len(data) && data[next] == '"' {
+		m.next = next
+	} else {
+		m.mem, m.next = m.mem[:0], 0
+	}
+	return nil
+}
+
 // scan reads the member at i; next is the offset of the following one, or
 // -1 after the last.
 func (m *jsonMap) scan(i int) (e member, next int, err error) {
@@ -656,13 +692,24 @@ func (m *jsonMap) find(key string) (ref.Val, error) {
 	if !m.b.charge(int64(len(m.mem)) * costByte * 4) {
 		return nil, errBudget
 	}
+	if m.root && m.b.valid && key != "metadata" && key != "apiVersion" && key != "kind" {
+		// The last occurrence: from the end, then back through mem.
+		if !m.done {
+			if v, err := m.findBack(key); v != nil || err != nil {
+				return v, err
+			}
+		}
+		for j := len(m.mem) - 1; j >= 0; j-- {
+			if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
+				return m.value(j, e), nil
+			}
+		}
+		return nil, nil
+	}
 	for j := range m.mem {
 		if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
 			return m.value(j, e), nil
 		}
-	}
-	if m.root && m.b.valid && !m.done && key != "metadata" && key != "apiVersion" && key != "kind" {
-		return m.findBack(key)
 	}
 	if err := m.resolveOpen(); err != nil {
 		return nil, err
@@ -1054,27 +1101,79 @@ type listIter struct {
 	iterBase
 	l *jsonList
 	i int
+	// open is the element Next returned last when it is a map or list
+	// of a validated list, returned without skipping it (an open span,
+	// as jsonMap.openValue): the next element starts after it, found
+	// only when the loop goes on (exists stops at the first match
+	// without reading past it).
+	open ref.Val
 }
 
 // HasNext ends the loop early when the budget is spent (Match then
 // returns an error, whatever the loop yielded).
 func (it *listIter) HasNext() ref.Val {
+	if it.open != nil && !it.settle() {
+		return types.False
+	}
 	data := it.l.data
 	return types.Bool(it.i < len(data) && data[it.i] != ']' && it.l.b.charge(costVisit))
 }
 
+// settle moves it.i past the open element: its end is known when its
+// span was cut (trim), else it is skipped. false when that fails (only on
+// the budget: the list was validated).
+func (it *listIter) settle() bool {
+	data := it.l.data
+	var span *span
+	switch x := it.open.(type) {
+	case *jsonMap:
+		span = &x.span
+	case *jsonList:
+		span = &x.span
+	}
+	it.open = nil
+	end := it.i + len(span.data)
+	if span.open {
+		var err error
+		if end, err = it.l.skipElement(it.i); err != nil {
+			it.i = len(data)
+			it.l.b.charge(max(it.l.b.left, 0) + 1) // the evaluation fails on it
+			return false
+		}
+	}
+	it.next(end)
+	return true
+}
+
+// next moves it.i to the element after the one ending at end.
+func (it *listIter) next(end int) {
+	data := it.l.data
+	it.i = skipWS(data, end)
+	if it.i < len(data) && data[it.i] == ',' {
+		it.i = skipWS(data, it.i+1)
+	}
+}
+
 func (it *listIter) Next() ref.Val {
 	data := it.l.data
+	if (it.l.ok || it.l.b.valid) && isContainer(data[it.i]) {
+		v := valueAt(it.l.b, data, it.i, len(data)-1, true)
+		switch x := v.(type) {
+		case *jsonMap:
+			x.open = true
+		case *jsonList:
+			x.open = true
+		}
+		it.open = v
+		return v
+	}
 	end, err := it.l.skipElement(it.i)
 	if err != nil {
 		it.i = len(data) // the loop ends on the error
 		return types.WrapErr(err)
 	}
 	v := valueAt(it.l.b, data, it.i, end, true)
-	it.i = skipWS(data, end)
-	if it.i < len(data) && data[it.i] == ',' {
-		it.i = skipWS(data, it.i+1)
-	}
+	it.next(end)
 	return v
 }
 
