@@ -439,6 +439,25 @@ func (e *rateEnv) lastSeq(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
+// position is the stream's last sequence and how many of its messages are
+// relayd's control messages (heartbeats, sync markers: subjects
+// <prefix>.<cluster>._relayd.>), from one stream info, so both are of the
+// same moment.
+func (e *rateEnv) position(ctx context.Context) (seq uint64, control int64, err error) {
+	s, err := e.js.Stream(ctx, e.stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("*.*._relayd.>"))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, n := range info.State.Subjects {
+		control += int64(n)
+	}
+	return info.State.LastSeq, control, nil
+}
+
 // probe paces rate events/s for d and measures it until every paced event
 // is acknowledged. A probe stops early once it cannot hold: a backlog over
 // rateMaxBehind, or (holds: read → PubAck scraped every 5 s) more than 1%
@@ -447,7 +466,7 @@ func (e *rateEnv) lastSeq(ctx context.Context) (uint64, error) {
 func (e *rateEnv) probe(ctx context.Context, rate float64, d time.Duration, hold bool) (RateProbe, error) {
 	n := int64(rate * d.Seconds())
 	pr := RateProbe{Rate: rate, Planned: d.Seconds()}
-	seq0, err := e.lastSeq(ctx)
+	seq0, ctl0, err := e.position(ctx)
 	if err != nil {
 		return pr, err
 	}
@@ -545,11 +564,14 @@ pacing:
 	if err != nil {
 		return pr, err
 	}
-	seq1, err := e.lastSeq(ctx)
+	seq1, ctl1, err := e.position(ctx)
 	if err != nil {
 		return pr, err
 	}
-	pr.Stored, pr.Acked = int64(seq1-seq0), e.snoop.Count(e.stream)-acked0
+	// relayd's heartbeats and sync markers stored meanwhile are not paced
+	// events (a heartbeat of the 1m default lands in a few-second probe now
+	// and then).
+	pr.Stored, pr.Acked = int64(seq1-seq0)-(ctl1-ctl0), e.snoop.Count(e.stream)-acked0
 	if pr.RSS, pr.HWM, err = e.r.Mem(); err != nil {
 		return pr, err
 	}

@@ -668,43 +668,14 @@ func (m *jsonMap) Find(key ref.Val) (ref.Val, bool) {
 // find is each (written out: no closure, nothing escapes) looking for key.
 func (m *jsonMap) find(key string) (ref.Val, error) {
 	if !m.recording() {
-		for i := m.first(); i >= 0; {
-			e, err := m.scanHead(i)
-			if err != nil {
-				return nil, err
-			}
-			found := keyEquals(m.data, e.k, e.kend, e.plain, key)
-			if found && m.b.valid && isContainer(m.data[e.v]) {
-				return m.openValue(&e), nil
-			}
-			next, err := m.scanTail(&e)
-			if err != nil {
-				return nil, err
-			}
-			if found {
-				return valueAt(m.b, m.data, e.v, e.vend, false), nil
-			}
-			i = next
-		}
-		return nil, nil
+		return m.findOnce(key)
 	}
 	// At most indexAfter members here (Find indexes past that).
 	if !m.b.charge(int64(len(m.mem)) * costByte * 4) {
 		return nil, errBudget
 	}
 	if m.root && m.b.valid && key != "metadata" && key != "apiVersion" && key != "kind" {
-		// The last occurrence: from the end, then back through mem.
-		if !m.done {
-			if v, err := m.findBack(key); v != nil || err != nil {
-				return v, err
-			}
-		}
-		for j := len(m.mem) - 1; j >= 0; j-- {
-			if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
-				return m.value(j, e), nil
-			}
-		}
-		return nil, nil
+		return m.findLast(key)
 	}
 	for j := range m.mem {
 		if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
@@ -751,6 +722,46 @@ func (m *jsonMap) find(key string) (ref.Val, error) {
 		}
 	}
 	m.done = true
+	return nil, nil
+}
+
+// findOnce scans for key without recording the members passed: a map
+// looked up once.
+func (m *jsonMap) findOnce(key string) (ref.Val, error) {
+	for i := m.first(); i >= 0; {
+		e, err := m.scanHead(i)
+		if err != nil {
+			return nil, err
+		}
+		found := keyEquals(m.data, e.k, e.kend, e.plain, key)
+		if found && m.b.valid && isContainer(m.data[e.v]) {
+			return m.openValue(&e), nil
+		}
+		next, err := m.scanTail(&e)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			return valueAt(m.b, m.data, e.v, e.vend, false), nil
+		}
+		i = next
+	}
+	return nil, nil
+}
+
+// findLast finds the last occurrence of key in the root object (validated):
+// from the end, then back through mem.
+func (m *jsonMap) findLast(key string) (ref.Val, error) {
+	if !m.done {
+		if v, err := m.findBack(key); v != nil || err != nil {
+			return v, err
+		}
+	}
+	for j := len(m.mem) - 1; j >= 0; j-- {
+		if e := &m.mem[j]; keyEquals(m.data, e.k, e.kend, e.plain, key) {
+			return m.value(j, e), nil
+		}
+	}
 	return nil, nil
 }
 
