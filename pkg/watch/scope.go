@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,33 @@ type Scope struct {
 	f       *filter.Filter
 	exclude bool
 	hash    string
+	// failed are the object versions (uid/resourceVersion) whose
+	// evaluation failed already, for all the source's watches: a relist
+	// evaluates them again, and is neither counted nor logged again. One
+	// set per source, at most maxFailedVersions (then it starts over): a
+	// filter that fails on every object of a source of 10,000 namespace
+	// watches holds ~100 KB, not a set per watch.
+	mu     sync.Mutex
+	failed map[string]struct{}
+}
+
+// maxFailedVersions bounds Scope.failed (~100 B an entry).
+const maxFailedVersions = 1024
+
+// firstFailure records a failed evaluation of the object version uid/rv
+// and reports whether it is the first recorded.
+func (s *Scope) firstFailure(uid, rv string) bool {
+	version := uid + "/" + rv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, seen := s.failed[version]; seen {
+		return false
+	}
+	if s.failed == nil || len(s.failed) >= maxFailedVersions {
+		s.failed = map[string]struct{}{}
+	}
+	s.failed[version] = struct{}{}
+	return true
 }
 
 // NewScope compiles the filter of src (nil, nil without one).
@@ -103,15 +131,7 @@ type scopeState struct {
 	failed *retry.Failures
 	acked  atomic.Pointer[string] // the hash Advance records
 	reason event.RelistReason     // of the list being compared with the index ("" outside one)
-	// failedVersions are the object versions (uid/resourceVersion) whose
-	// evaluation failed already: a relist evaluates them again, and is
-	// neither counted nor logged again (at most maxFailedVersions kept).
-	failedVersions map[string]struct{}
 }
-
-// maxFailedVersions bounds scopeState.failedVersions; past it the set
-// starts over.
-const maxFailedVersions = 4096
 
 func (w *Watch) initScope() {
 	sc := &w.scope
@@ -140,14 +160,9 @@ func (w *Watch) inScope(it *source.Item) bool {
 	in, err := w.scope.s.InObject(&it.Object)
 	if err != nil {
 		m := &it.Object.Meta
-		version := m.UID + "/" + m.ResourceVersion
-		if _, seen := w.scope.failedVersions[version]; seen {
+		if !w.scope.s.firstFailure(m.UID, m.ResourceVersion) {
 			return in
 		}
-		if w.scope.failedVersions == nil || len(w.scope.failedVersions) >= maxFailedVersions {
-			w.scope.failedVersions = map[string]struct{}{}
-		}
-		w.scope.failedVersions[version] = struct{}{}
 		w.scope.errs.Inc()
 		w.scope.failed.Fail(err, zap.String("object", m.Namespace+"/"+m.Name), zap.String("uid", m.UID))
 	}

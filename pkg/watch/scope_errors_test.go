@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,5 +49,26 @@ func TestFilterErrorsOncePerObjectVersion(t *testing.T) {
 	w.inScope(item("2"))
 	if n := testutil.ToFloat64(errs); n != 2 {
 		t.Errorf("errors counted after a second version: %v, want 2", n)
+	}
+}
+
+// The set of failed versions is one per source and bounded: a filter that
+// fails on every object of a source of many watches holds at most
+// maxFailedVersions entries, then starts over.
+func TestFailedVersionsAreBoundedPerSource(t *testing.T) {
+	s, err := NewScope(&config.Source{Name: "cms", Filter: "object.data.x == 'y'"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxFailedVersions {
+		if !s.firstFailure("u", strconv.Itoa(i)) {
+			t.Fatalf("version %d: not the first failure", i)
+		}
+	}
+	if s.firstFailure("u", "0") || len(s.failed) != maxFailedVersions {
+		t.Fatalf("after %d versions: u/0 counted again or %d kept", maxFailedVersions, len(s.failed))
+	}
+	if !s.firstFailure("u", "new") || len(s.failed) != 1 {
+		t.Errorf("past the bound the set starts over: %d kept, want 1", len(s.failed))
 	}
 }
